@@ -1,0 +1,274 @@
+"""ADORA: per-prompt advantage weights from each group's own samples (spec section 1).
+
+A prompt group is *advantageous* when its longest correct answer is longer than its typical wrong answer
+(maxPos > meanNeg, strict; truncated wrong answers say nothing about length and are left out of meanNeg).
+Advantageous groups get weight `boost`, the others `lam`; the weight multiplies the group's FINAL advantages.
+Two variants differ only in the degenerate groups:
+
+    case                                   variant "llm" (default)   variant "vl"
+    no positive sample                     lam                       boost
+    positives, no usable negative          boost                     lam
+    otherwise                              boost if maxPos > meanNeg else lam
+
+A sample is positive when score > positive_threshold. Everything here is pure torch: no Ray, no vLLM.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import math
+import os
+import sys
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional
+
+import torch
+
+from openrlhf_ada.algorithms._checks import as_matrix, check_choice, check_finite, check_int
+
+logger = logging.getLogger(__name__)
+
+VARIANTS = ("llm", "vl")
+
+
+@dataclass(frozen=True)
+class GroupStats:
+    """Per-group facts that decide the ADORA weight (all tensors of shape [P])."""
+
+    has_pos: torch.Tensor  # bool: at least one positive sample
+    has_usable_neg: torch.Tensor  # bool: at least one negative sample that was not truncated
+    max_pos: torch.Tensor  # float: longest positive sample (-inf without positives)
+    mean_neg: torch.Tensor  # float: mean length of usable negatives (nan without them)
+    advantageous: torch.Tensor  # bool: max_pos > mean_neg (False where either side is missing)
+
+
+def group_stats(scores, lengths, truncated=None, *, positive_threshold: float = 0.5, max_length=None) -> GroupStats:
+    """Classify each group of a [P, n] batch. See the module docstring for the rule."""
+    check_finite("positive_threshold", positive_threshold)
+    s = as_matrix("scores", scores, torch.float64)
+    lens = as_matrix("lengths", lengths, torch.float64, s.shape)
+    if truncated is not None:
+        trunc = as_matrix("truncated", truncated, torch.bool, s.shape)
+    elif max_length is not None:
+        check_finite("max_length", max_length, minimum=1)
+        trunc = lens >= float(max_length)
+    else:
+        trunc = torch.zeros_like(s, dtype=torch.bool)
+
+    pos = s > positive_threshold
+    usable_neg = ~pos & ~trunc
+    n_neg = usable_neg.sum(-1)
+    max_pos = torch.where(pos, lens, torch.full_like(lens, -math.inf)).amax(-1)
+    mean_neg = torch.where(n_neg > 0, (lens * usable_neg).sum(-1) / n_neg.clamp(min=1), torch.full_like(max_pos, math.nan))
+    has_pos = pos.any(-1)
+    has_usable_neg = n_neg > 0
+    return GroupStats(has_pos, has_usable_neg, max_pos, mean_neg, has_pos & has_usable_neg & (max_pos > mean_neg))
+
+
+def weights_from_stats(stats: GroupStats, *, variant: str = "llm", lam: float = 0.1, boost: float = 1.0) -> torch.Tensor:
+    """The weight table of the module docstring, one float32 weight per group."""
+    check_choice("variant", variant, VARIANTS)
+    check_finite("lam", lam, minimum=0.0)
+    check_finite("boost", boost, minimum=0.0)
+    low = torch.full(stats.has_pos.shape, float(lam), dtype=torch.float32)
+    high = torch.full(stats.has_pos.shape, float(boost), dtype=torch.float32)
+    no_pos, no_neg = (high, low) if variant == "vl" else (low, high)
+    w = torch.where(stats.advantageous, high, low)
+    w = torch.where(stats.has_pos & ~stats.has_usable_neg, no_neg, w)
+    return torch.where(~stats.has_pos, no_pos, w)
+
+
+def adora_weights(
+    scores,
+    lengths,
+    truncated=None,
+    *,
+    variant: str = "llm",
+    positive_threshold: float = 0.5,
+    lam: float = 0.1,
+    boost: float = 1.0,
+    max_length=None,
+) -> torch.Tensor:
+    """One ADORA weight per prompt group.
+
+    scores, lengths, truncated: [P, n] tensors or nested lists (truncated may be None: then a sample counts as
+    truncated when its length is >= max_length if that is given, else none does). Returns a float32 tensor [P].
+    """
+    stats = group_stats(scores, lengths, truncated, positive_threshold=positive_threshold, max_length=max_length)
+    warn_if_threshold_unreachable(scores, positive_threshold)
+    return weights_from_stats(stats, variant=variant, lam=lam, boost=boost)
+
+
+def threshold_unreachable(scores, positive_threshold: float) -> bool:
+    """True when scores vary but none exceeds the threshold: every group looks 'no positive', which silently turns
+    ADORA into lam x GRPO (the authors' text trainer does this with threshold 1.01 and 0/1 scores)."""
+    s = torch.as_tensor(scores, dtype=torch.float64)
+    return s.numel() > 1 and bool(s.max() > s.min()) and not bool((s > positive_threshold).any())
+
+
+def warn_if_threshold_unreachable(scores, positive_threshold: float) -> None:
+    if threshold_unreachable(scores, positive_threshold):
+        s = torch.as_tensor(scores, dtype=torch.float64)
+        logger.warning(
+            "ADORA: no score exceeds positive_threshold=%s although scores vary (min %.3g, max %.3g): every group is "
+            "treated as having no correct answer. Lower --adora.positive_threshold to match your reward scale.",
+            positive_threshold,
+            s.min().item(),
+            s.max().item(),
+        )
+
+
+def in_schedule(step: int, start_step: int = 0, end_step: int = -1) -> bool:
+    """Weights apply for training steps in [start_step, end_step); end_step == -1 means forever."""
+    return step >= start_step and (end_step == -1 or step < end_step)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Custom weight functions: "path.py:function"
+
+
+class WeightFuncError(ValueError):
+    """A user weight function could not be loaded or returned something unusable. The message names both."""
+
+
+WeightFunc = Callable[..., torch.Tensor]
+
+
+def load_weight_func(spec: str) -> WeightFunc:
+    """Load `path.py:function` and return a validated callable.
+
+    The user function is called as ``function(scores, rewards, lengths, truncated, step)`` with float tensors
+    [P, n] (truncated: bool [P, n]) and the global step (int). It must return weights of shape [P] or [P, n], finite
+    and >= 0. The returned wrapper checks exactly that and raises WeightFuncError naming the file and the function;
+    it returns a float32 tensor of the shape the user returned.
+    """
+    if not isinstance(spec, str) or ":" not in spec:
+        raise WeightFuncError(f"weight function {spec!r}: expected 'path/to/file.py:function_name'")
+    path, _, name = spec.rpartition(":")
+    where = f"weight function {name!r} in {path!r}"
+    if not name.isidentifier():
+        raise WeightFuncError(f"{where}: {name!r} is not a valid Python function name")
+    if not os.path.isfile(path):
+        raise WeightFuncError(f"{where}: file not found (working directory {os.getcwd()!r})")
+    module_name = f"_openrlhf_ada_weight_func_{abs(hash(os.path.abspath(path)))}"
+    try:
+        module_spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+    except SyntaxError as e:
+        raise WeightFuncError(f"{where}: syntax error at line {e.lineno}: {e.msg}") from e
+    except Exception as e:
+        raise WeightFuncError(f"{where}: importing the file raised {type(e).__name__}: {e}") from e
+    sys.modules.setdefault(module_name, module)
+    fn = getattr(module, name, None)
+    if fn is None:
+        raise WeightFuncError(f"{where}: the file defines no {name!r}")
+    if not callable(fn):
+        raise WeightFuncError(f"{where}: {name!r} is a {type(fn).__name__}, not a function")
+    return _ValidatedWeightFunc(fn, where)
+
+
+class _ValidatedWeightFunc:
+    """Calls a user weight function and checks its result (picklable, so it can travel to Ray actors by spec)."""
+
+    def __init__(self, fn, where: str):
+        self.fn, self.where = fn, where
+
+    def __call__(self, scores, rewards, lengths, truncated, step: int) -> torch.Tensor:
+        P, n = scores.shape
+        try:
+            out = self.fn(scores, rewards, lengths, truncated, step)
+        except Exception as e:
+            raise WeightFuncError(f"{self.where} raised {type(e).__name__}: {e}") from e
+        try:
+            w = torch.as_tensor(out).detach().to("cpu", torch.float32)
+        except Exception:
+            raise WeightFuncError(
+                f"{self.where} returned {type(out).__name__}; expected weights of shape [{P}] or [{P}, {n}]"
+            ) from None
+        if tuple(w.shape) not in ((P,), (P, n)):
+            raise WeightFuncError(
+                f"{self.where} returned shape {list(w.shape)}; expected [{P}] or [{P}, {n}] (num_prompts, n)"
+            )
+        if not torch.isfinite(w).all():
+            raise WeightFuncError(f"{self.where} returned NaN or inf weights: {w.tolist()}")
+        if (w < 0).any():
+            raise WeightFuncError(f"{self.where} returned negative weights (min {w.min().item():.4g}); weights must be >= 0")
+        return w
+
+    def __repr__(self):
+        return f"<{self.where}>"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Configuration and the one entry point the trainers call
+
+
+@dataclass(frozen=True)
+class AdoraConfig:
+    """ADORA settings, built once from the parsed flags (--adora.*)."""
+
+    enable: bool = False
+    variant: str = "llm"
+    lam: float = 0.1
+    boost: float = 1.0
+    positive_threshold: float = 0.5
+    start_step: int = 0
+    end_step: int = -1
+    weight_func: Optional[str] = None  # "path.py:function"; replaces the built-in rule
+
+    def __post_init__(self):
+        check_choice("adora.variant", self.variant, VARIANTS)
+        check_finite("adora.lam", self.lam, minimum=0.0)
+        check_finite("adora.boost", self.boost, minimum=0.0)
+        check_finite("adora.positive_threshold", self.positive_threshold)
+        check_int("adora.start_step", self.start_step, 0)
+        check_int("adora.end_step", self.end_step, -1)
+        if self.end_step != -1 and self.end_step <= self.start_step:
+            raise ValueError(
+                f"adora.end_step={self.end_step} must be -1 (forever) or > adora.start_step={self.start_step}"
+            )
+
+
+def sample_weights(
+    config: AdoraConfig,
+    *,
+    scores: torch.Tensor,
+    rewards: torch.Tensor,
+    lengths: torch.Tensor,
+    truncated: torch.Tensor,
+    step: int,
+    weight_func: Optional[WeightFunc] = None,
+) -> torch.Tensor:
+    """Per-sample weights [P, n] for one rollout batch: ones outside [start_step, end_step), else the custom
+    function's weights (if any) or the built-in rule's, broadcast over each group."""
+    P, n = scores.shape
+    if not config.enable or not in_schedule(step, config.start_step, config.end_step):
+        return torch.ones(P, n, dtype=torch.float32)
+    if weight_func is not None:
+        w = weight_func(scores, rewards, lengths, truncated, step)
+    else:
+        w = adora_weights(
+            scores,
+            lengths,
+            truncated,
+            variant=config.variant,
+            positive_threshold=config.positive_threshold,
+            lam=config.lam,
+            boost=config.boost,
+        )
+    return w.reshape(P, -1).expand(P, n).contiguous()
+
+
+def adora_metrics(stats: GroupStats, weights: torch.Tensor, boost: float = 1.0) -> Dict[str, float]:
+    """Spec section 3, per step: mean weight, share of groups attenuated (weight below `boost`: the groups the
+    built-in rule gives lam), share with no positive, share with no usable (non-truncated) negative.
+    `weights` is [P] or [P, n]."""
+    w = weights.reshape(weights.shape[0], -1).float().mean(-1)
+    return {
+        "adora/weight_mean": w.mean().item(),
+        "adora/attenuated_share": (w < boost).float().mean().item(),
+        "adora/no_pos_share": (~stats.has_pos).float().mean().item(),
+        "adora/no_usable_neg_share": (~stats.has_usable_neg).float().mean().item(),
+    }
