@@ -3,7 +3,7 @@
 from setuptools import find_packages, setup
 
 # The cluster stack, exactly as openrlhf 0.11.2 expects it. dockerfile/Dockerfile installs the same pins
-# (tests/test_packaging.py checks that they agree).
+# (tests/test_scripts_and_docker.py checks that they agree).
 GPU_PINS = [
     "openrlhf[vllm]==0.11.2",
     "vllm==0.29.0",

@@ -15,6 +15,7 @@ from openrlhf_ada.algorithms.reinforce_ada import (
     make_rng,
     select_group,
     simulate,
+    step_metrics,
 )
 
 # --- exit rule --------------------------------------------------------------------------------------------------
@@ -285,3 +286,26 @@ def test_bad_input_names_parameter_value_and_accepted(call, words):
         call()
     for word in words:
         assert word in str(e.value)
+
+
+def test_step_metrics_by_hand():
+    cfg = AdaConfig(n=2, round_size=2, max_rounds=2)
+    a = PromptPool(cfg)  # resolved in round 1: rewards 1, 0; lengths 3, 5
+    a.add_round([1, 0], [1, 0], lengths=[3, 5])
+    b = PromptPool(cfg)  # never resolves, kept: four wrong answers of 4 tokens each
+    b.add_round([0, 0], [0, 0], lengths=[4, 4])
+    b.add_round([0, 0], [0, 0], lengths=[4, 4])
+    c = PromptPool(cfg)  # a failed sample in round 1, resolved in round 2
+    c.add_round([1, None], [1, None], lengths=[2, 6])
+    c.add_round([0, 1], [0, 1], lengths=[1, 1])
+    m = step_metrics([a, b, c], max_rounds=2)
+    assert m["ada/samples_generated"] == 10 and m["ada/tokens_generated"] == 3 + 5 + 16 + 2 + 6 + 1 + 1
+    assert m["ada/samples_per_prompt_mean"] == pytest.approx(10 / 3) and m["ada/samples_per_prompt_max"] == 4
+    assert m["ada/rounds_mean"] == pytest.approx(5 / 3)
+    assert m["ada/resolved_share"] == pytest.approx(2 / 3) and m["ada/unresolved_kept"] == 1
+    assert m["ada/failed_samples"] == 1 and m["ada/failed_prompts"] == 0
+    assert (m["ada/resolved_at_round_1"], m["ada/resolved_at_round_2"]) == pytest.approx((1 / 3, 1 / 3))
+    assert m["ada/nonzero_adv_group_share"] == pytest.approx(2 / 3)
+    assert m["ada/first_round_signal_share"] == pytest.approx(1 / 3)  # only a's first round had both classes
+    # c keeps its first positive (2 tokens) and first negative (1 token); a keeps both (3 + 5)
+    assert m["ada/eta"] == pytest.approx((3 + 5 + 2 + 1) / 34)

@@ -34,7 +34,7 @@ def as_matrix(name: str, value, dtype: torch.dtype, shape: Optional[Sequence[int
     try:
         t = torch.as_tensor(value).detach().cpu()
     except (TypeError, ValueError) as e:
-        raise ValueError(f"{name} must be a [num_prompts, n] tensor or nested list; got {type(value).__name__}: {e}")
+        raise ValueError(f"{name} must be a [num_prompts, n] tensor or nested list; got {type(value).__name__}: {e}") from None
     if t.dim() != 2 or t.shape[0] < 1 or t.shape[1] < 1:
         raise ValueError(f"{name} must have shape [num_prompts, n] with both >= 1; got shape {list(t.shape)}")
     if shape is not None and tuple(t.shape) != tuple(shape):

@@ -148,6 +148,9 @@ class PromptPool:
     failed: int = 0
     num_pos: int = 0
     round_resolved: Optional[int] = None  # the round (1-based) after which the exit rule first held
+    tokens: int = 0  # generated tokens, failed samples included (when lengths are given)
+    lengths: List[int] = field(default_factory=list)  # generated tokens of each pool sample
+    first_round_signal: Optional[bool] = None  # did round 1 alone hold unequal rewards (what GRPO would see)?
     _selected: Optional[List[int]] = None
     _sum: float = 0.0
     _sumsq: float = 0.0
@@ -156,7 +159,9 @@ class PromptPool:
     def next_round_size(self) -> int:
         return self.config.m_first if self.rounds == 0 else self.config.m
 
-    def add_round(self, scores: Sequence, rewards: Sequence, items: Optional[Sequence] = None) -> None:
+    def add_round(
+        self, scores: Sequence, rewards: Sequence, items: Optional[Sequence] = None, lengths: Optional[Sequence] = None
+    ) -> None:
         if self.done:
             raise ValueError("add_round on a prompt that is already done (resolved or out of rounds)")
         if len(scores) != len(rewards) or (items is not None and len(items) != len(scores)):
@@ -165,19 +170,26 @@ class PromptPool:
                 f"({'-' if items is None else len(items)}) must have the same length"
             )
         items = list(items) if items is not None else [None] * len(scores)
+        lengths = [int(x) for x in lengths] if lengths is not None else [0] * len(scores)
         self.rounds += 1
         self.samples += len(scores)
-        for s, r, it in zip(scores, rewards, items):
+        self.tokens += sum(lengths)
+        valid = []
+        for s, r, it, L in zip(scores, rewards, items, lengths):
             if r is None or s is None or not math.isfinite(float(r)) or not math.isfinite(float(s)):
                 self.failed += 1
                 continue
             s, r = float(s), float(r)
+            valid.append(r)
             self.scores.append(s)
             self.rewards.append(r)
             self.items.append(it)
+            self.lengths.append(L)
             self.num_pos += s > self.config.positive_threshold
             self._sum += r
             self._sumsq += r * r
+        if self.rounds == 1:
+            self.first_round_signal = len(set(valid)) > 1
         # A pool that meets the rule but holds fewer than n samples (pos mode with a small first round, or failed
         # samples) cannot form a group yet: it stays active.
         if self.round_resolved is None and self.exit_rule_holds and self.can_form_group:
@@ -247,6 +259,39 @@ class PromptPool:
             flags = [s > self.config.positive_threshold for s in self.scores]
             self._selected = select_group(flags, self.config.n, policy=self.config.selection, rng=self.rng)
         return list(self._selected)
+
+
+def step_metrics(pools: Sequence[PromptPool], max_rounds: int) -> dict:
+    """Spec section 3 metrics for one step, from the pools of every prompt processed in it (dropped and failed
+    prompts included). A kept group has non-zero advantage unless its rewards are all equal; eta is the share of
+    generated tokens that belong to kept samples of such groups."""
+    if not pools:
+        return {}
+    P = len(pools)
+    kept_groups = [pool for pool in pools if pool.select()]
+    kept_signal = [pool for pool in kept_groups if len({pool.rewards[i] for i in pool.select()}) > 1]
+    total_tokens = sum(pool.tokens for pool in pools)
+    useful_tokens = sum(sum(pool.lengths[i] for i in pool.select()) for pool in kept_signal)
+    outcomes = [pool.outcome for pool in pools]
+    metrics = {
+        "ada/prompts": float(P),
+        "ada/samples_generated": float(sum(pool.samples for pool in pools)),
+        "ada/tokens_generated": float(total_tokens),
+        "ada/samples_per_prompt_mean": sum(pool.samples for pool in pools) / P,
+        "ada/samples_per_prompt_max": float(max(pool.samples for pool in pools)),
+        "ada/rounds_mean": sum(pool.rounds for pool in pools) / P,
+        "ada/resolved_share": outcomes.count("resolved") / P,
+        "ada/unresolved_kept": float(outcomes.count("kept")),
+        "ada/unresolved_dropped": float(outcomes.count("dropped")),
+        "ada/failed_prompts": float(outcomes.count("failed")),
+        "ada/failed_samples": float(sum(pool.failed for pool in pools)),
+        "ada/nonzero_adv_group_share": len(kept_signal) / len(kept_groups) if kept_groups else 0.0,
+        "ada/first_round_signal_share": sum(bool(pool.first_round_signal) for pool in pools) / P,
+        "ada/eta": useful_tokens / total_tokens if total_tokens else 0.0,
+    }
+    for k in range(1, max_rounds + 1):
+        metrics[f"ada/resolved_at_round_{k}"] = sum(pool.round_resolved == k for pool in pools) / P
+    return metrics
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,126 @@
+"""The project's flags (--adora.*, --ada.*), in upstream's dotted style, and the frozen configs built from them.
+
+`add_project_args(parser)` adds both groups to any argparse parser (upstream's own, inside the launcher; the
+single-machine trainer's). After upstream's `hierarchize`, the namespace carries `args.adora.*` and `args.ada.*`;
+`validate(args)` checks them together with the upstream flags they depend on and raises ValueError with what is
+wrong and how to fix it, before Ray or any model starts. The configs travel to every actor inside `strategy.args`
+and are rebuilt there with `adora_config(args)` / `ada_config(args)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from openrlhf_ada.algorithms.adora import VARIANTS, AdoraConfig, load_weight_func
+from openrlhf_ada.algorithms.baselines import GROUP_BASELINE_ESTIMATORS
+from openrlhf_ada.algorithms.reinforce_ada import (
+    BASELINES,
+    MODES,
+    SCHEDULES,
+    SELECTION_POLICIES,
+    UNRESOLVED_POLICIES,
+    AdaConfig,
+)
+
+
+def _bool_flag(group, name, help):
+    group.add_argument(name, action="store_true", default=False, help=help)
+
+
+def add_project_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    g = parser.add_argument_group("ADORA (openrlhf-ada): per-prompt advantage weights")
+    _bool_flag(g, "--adora.enable", "Multiply each prompt group's final advantages by its ADORA weight")
+    g.add_argument("--adora.variant", type=str, default="llm", choices=VARIANTS,
+                   help="Degenerate-group rule: llm (text trainer: no positive -> lam) or vl (vision trainer: no "
+                        "positive -> boost, no usable negative -> lam)")
+    g.add_argument("--adora.lam", type=float, default=0.1, help="Weight of groups that are not advantageous")
+    g.add_argument("--adora.boost", type=float, default=1.0, help="Weight of advantageous groups")
+    g.add_argument("--adora.positive_threshold", type=float, default=0.5,
+                   help="A sample is correct when its score (Experience.scores) is above this")
+    g.add_argument("--adora.start_step", type=int, default=0, help="First global step (as logged) with weights")
+    g.add_argument("--adora.end_step", type=int, default=-1,
+                   help="First global step without weights again; -1 = never stop")
+    g.add_argument("--adora.weight_func", type=str, default=None,
+                   help="path.py:function replacing the built-in rule: f(scores, rewards, lengths, truncated, step) "
+                        "-> weights [P] or [P, n]")
+
+    g = parser.add_argument_group("Reinforce-Ada (openrlhf-ada): adaptive multi-round sampling per prompt")
+    _bool_flag(g, "--ada.enable", "Sample prompts round after round until each shows signal; train on n per prompt")
+    g.add_argument("--ada.mode", type=str, default="balance", choices=MODES,
+                   help="Exit rule: balance (>= n/2 correct and >= n/2 wrong) or pos (>= 1 correct)")
+    g.add_argument("--ada.round_size", type=int, default=None, help="Samples per round (default 2 x n)")
+    g.add_argument("--ada.first_round_size", type=int, default=None,
+                   help="Samples in the first round (default: --ada.round_size)")
+    g.add_argument("--ada.max_rounds", type=int, default=4, help="Rounds before a prompt counts as unresolved")
+    g.add_argument("--ada.positive_threshold", type=float, default=0.5,
+                   help="A sample is correct when its score is above this")
+    g.add_argument("--ada.unresolved", type=str, default="keep", choices=UNRESOLVED_POLICIES,
+                   help="Unresolved after max rounds: keep its group (authors' code) or drop and refill (paper)")
+    g.add_argument("--ada.selection", type=str, default="first", choices=SELECTION_POLICIES,
+                   help="Which samples of each class form the group: earliest generated, or seeded random")
+    g.add_argument("--ada.baseline", type=str, default="pool", choices=BASELINES,
+                   help="Group baseline from the whole pool's statistics (pool) or the kept n samples (group)")
+    g.add_argument("--ada.schedule", type=str, default="async", choices=SCHEDULES,
+                   help="async: a prompt's next round starts as soon as its last is scored; sync: rounds in lockstep")
+    return parser
+
+
+def _get(args, dotted, default=None):
+    node = args
+    for part in dotted.split("."):
+        if not hasattr(node, part):
+            return default
+        node = getattr(node, part)
+    return node
+
+
+def adora_config(args) -> AdoraConfig:
+    a = args.adora
+    return AdoraConfig(
+        enable=a.enable, variant=a.variant, lam=a.lam, boost=a.boost, positive_threshold=a.positive_threshold,
+        start_step=a.start_step, end_step=a.end_step, weight_func=a.weight_func,
+    )
+
+
+def ada_config(args) -> AdaConfig:
+    a = args.ada
+    return AdaConfig(
+        n=args.rollout.n_samples_per_prompt, enable=a.enable, mode=a.mode, round_size=a.round_size,
+        first_round_size=a.first_round_size, max_rounds=a.max_rounds, positive_threshold=a.positive_threshold,
+        unresolved=a.unresolved, selection=a.selection, baseline=a.baseline, schedule=a.schedule,
+        seed=_get(args, "train.seed", 42),
+    )
+
+
+def validate(args) -> None:
+    """Check the project's flags against each other and against upstream's; raise ValueError (what, how to fix)."""
+    try:
+        adora = adora_config(args)
+    except ValueError as e:
+        raise ValueError(f"--{e}") from None
+    n = args.rollout.n_samples_per_prompt
+    estimator = _get(args, "algo.advantage.estimator")
+    has_reward_fn = bool(_get(args, "reward.remote_url") or _get(args, "train.agent_func_path"))
+    if adora.enable:
+        if n < 2:
+            raise ValueError(f"--adora.enable needs prompt groups: --rollout.n_samples_per_prompt={n}; use >= 2")
+        if adora.weight_func:
+            load_weight_func(adora.weight_func)  # fails now, naming file and function, not mid-run
+    if not args.ada.enable:
+        return
+    if n < 2:
+        raise ValueError(f"--ada.enable needs --rollout.n_samples_per_prompt >= 2 (got {n}): it selects n per prompt")
+    try:
+        ada = ada_config(args)
+    except ValueError as e:
+        raise ValueError(f"--{e}" if str(e).startswith("ada.") else str(e)) from None
+    if not has_reward_fn:
+        raise ValueError(
+            "--ada.enable decides on rewards while sampling, so it needs a reward function: pass "
+            "--reward.remote_url path/to/reward.py (or an HTTP URL) or --train.agent_func_path"
+        )
+    if ada.baseline == "pool" and estimator not in GROUP_BASELINE_ESTIMATORS:
+        raise ValueError(
+            f"--ada.baseline pool replaces the group baseline of {', '.join(GROUP_BASELINE_ESTIMATORS)}; "
+            f"--algo.advantage.estimator={estimator} has none. Use one of those or --ada.baseline group"
+        )

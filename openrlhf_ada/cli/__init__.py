@@ -1,0 +1,1 @@
+"""Entry points (recipes): train_ppo_ray (cluster launcher over upstream OpenRLHF)."""

@@ -1,0 +1,132 @@
+"""`python -m openrlhf_ada.cli.train_ppo_ray`: upstream's launcher with ADORA and Reinforce-Ada switched in by flags.
+
+This recipe runs OpenRLHF 0.11.2's own `openrlhf.cli.train_ppo_ray` (its parser, its validations, its `train()`),
+with three hooks set before it starts:
+
+1. its parser also gets the project's flag groups (--adora.*, --ada.*), so `--help` lists both and unknown flags
+   fail exactly as upstream's do;
+2. right after upstream's `hierarchize`, the project's flags are checked (`openrlhf_ada.args.validate`): misuse
+   stops here, before Ray or any model starts, and the trainer classes that `train()` imports are pointed at the
+   project's (PPOTrainer -> AdaPPOTrainer, PPOTrainerAsync -> AdaPPOTrainerAsync);
+3. `ray.init` adds the project's worker setup hook to the runtime_env upstream passes, so every Ray worker on every
+   node can import openrlhf (CPU placeholder for the flash-attn extension where there is no CUDA).
+
+The parsed namespace, project flags included, travels to every actor inside `strategy.args`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import runpy
+import sys
+
+import openrlhf_ada  # noqa: F401  (CPU compatibility before anything imports openrlhf)
+from openrlhf_ada.args import add_project_args, validate
+
+PROG = "python -m openrlhf_ada.cli.train_ppo_ray"
+WORKER_SETUP_HOOK = "openrlhf_ada.cpu_compat.worker_setup_hook"
+DESCRIPTION = (
+    "OpenRLHF 0.11.2 PPO/GRPO trainer (all upstream flags) with ADORA (--adora.*) and Reinforce-Ada (--ada.*)."
+)
+
+
+def install_trainers() -> None:
+    """Point the names upstream's train() imports at the project's trainer actors."""
+    import openrlhf.trainer.ppo_trainer as sync_module
+    import openrlhf.trainer.ppo_trainer_async as async_module
+
+    from openrlhf_ada.trainer.ppo_trainer import AdaPPOTrainer
+    from openrlhf_ada.trainer.ppo_trainer_async import AdaPPOTrainerAsync
+
+    sync_module.PPOTrainer = AdaPPOTrainer
+    async_module.PPOTrainerAsync = AdaPPOTrainerAsync
+
+
+def with_setup_hook(runtime_env: dict | None) -> dict:
+    runtime_env = dict(runtime_env or {})
+    runtime_env.setdefault("worker_process_setup_hook", WORKER_SETUP_HOOK)
+    return runtime_env
+
+
+def _wrap_ray_init() -> None:
+    import ray
+
+    if getattr(ray.init, "_openrlhf_ada", False):
+        return
+    original = ray.init
+
+    @functools.wraps(original)
+    def init(*args, **kwargs):
+        kwargs["runtime_env"] = with_setup_hook(kwargs.get("runtime_env"))
+        return original(*args, **kwargs)
+
+    init._openrlhf_ada = True
+    ray.init = init
+
+
+def _fail(message: str) -> None:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+class _Parsed(Exception):
+    def __init__(self, args):
+        self.namespace = args
+
+
+def parse_args(argv):
+    """Parse and validate exactly as `main` does (upstream's parser and every upstream check after it, then the
+    project's), and return the final namespace instead of training. Used by tests and to check scripts."""
+    try:
+        main(argv, _parse_only=True)
+    except _Parsed as parsed:
+        return parsed.namespace
+    raise RuntimeError("upstream's launcher returned without calling train()")
+
+
+def main(argv=None, _parse_only: bool = False) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    import openrlhf.utils.config as config
+
+    original_parse_args = argparse.ArgumentParser.parse_args
+    original_hierarchize = config.hierarchize
+
+    def parse_args(parser, args=None, namespace=None):
+        argparse.ArgumentParser.parse_args = original_parse_args  # only upstream's parser gets the project flags
+        parser.prog, parser.description = PROG, DESCRIPTION
+        parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
+        add_project_args(parser)
+        return original_parse_args(parser, args, namespace)
+
+    def hierarchize(namespace):
+        config.hierarchize = original_hierarchize
+        args = original_hierarchize(namespace)
+        try:
+            validate(args)
+        except ValueError as e:
+            _fail(str(e))
+        if _parse_only:  # upstream's checks still run; its train() is replaced in the launcher's own namespace
+            def capture(final_args):
+                raise _Parsed(final_args)
+
+            sys._getframe(1).f_globals["train"] = capture
+        else:
+            install_trainers()
+            _wrap_ray_init()
+        return args
+
+    argparse.ArgumentParser.parse_args = parse_args
+    config.hierarchize = hierarchize
+    saved_argv = sys.argv
+    sys.argv = [PROG] + argv
+    try:
+        runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=False)
+    finally:
+        sys.argv = saved_argv
+        argparse.ArgumentParser.parse_args = original_parse_args
+        config.hierarchize = original_hierarchize
+
+
+if __name__ == "__main__":
+    main()

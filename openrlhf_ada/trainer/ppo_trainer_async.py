@@ -1,0 +1,36 @@
+"""Async mode (`--train.async_enable`): upstream's PPOTrainerAsync actor creates a GenerateSamplesActor (owns the
+samples generator) and a TrainingActor (owns the experience maker) by their module-level names. `AdaPPOTrainerAsync`
+points those names at the project's subclasses inside its own actor process, then runs upstream's constructor.
+"""
+
+import openrlhf.trainer.ppo_trainer_async as upstream
+import ray
+
+from openrlhf_ada.trainer.ppo_trainer import AdaTrainerMixin
+from openrlhf_ada.trainer.ppo_utils.samples_generator import AdaSamplesGenerator
+
+
+class _AdaGenerateSamplesActor(upstream.GenerateSamplesActor.__ray_actor_class__):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.samples_generator = AdaSamplesGenerator.from_upstream(self.samples_generator)
+
+
+class _AdaTrainingActor(AdaTrainerMixin, upstream.TrainingActor.__ray_actor_class__):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._install_ada_experience_maker()
+
+
+AdaGenerateSamplesActor = ray.remote(_AdaGenerateSamplesActor)
+AdaTrainingActor = ray.remote(_AdaTrainingActor)
+
+
+class _AdaPPOTrainerAsync(upstream.PPOTrainerAsync.__ray_actor_class__):
+    def __init__(self, *args, **kwargs):
+        upstream.GenerateSamplesActor = AdaGenerateSamplesActor
+        upstream.TrainingActor = AdaTrainingActor
+        super().__init__(*args, **kwargs)
+
+
+AdaPPOTrainerAsync = ray.remote(_AdaPPOTrainerAsync)

@@ -1,0 +1,1 @@
+"""Experience maker and samples generator of openrlhf-ada (see each module)."""

@@ -1,0 +1,152 @@
+"""`AdaExperienceMaker`: upstream's RemoteExperienceMaker with ADORA weights and the Reinforce-Ada pool baseline.
+
+Only `compute_advantages_and_returns` changes:
+- neither feature active at this step: upstream's method, untouched (bit-for-bit);
+- `--ada.enable --ada.baseline pool` with rloo / reinforce_baseline / dr_grpo / group_norm: the group baseline uses
+  the per-prompt pool statistics that AdaSamplesGenerator put into each sample's `info` (ada_pool_count / _mean /
+  _std) instead of the kept group's; everything around it (length penalties, KL reward, clipping, returns, global
+  whitening for reinforce_baseline) follows upstream's order, built from upstream's own helpers;
+- `--adora.enable` inside [start_step, end_step): the FINAL advantages of every token of every sample are multiplied
+  by its group's weight, after baseline, normalisation and whitening, for every estimator (critic returns are not
+  weighted). Weights and ADORA metrics go into `info`, so upstream's logging carries them to wandb/tensorboard.
+
+Groups are defined as upstream defines them: restore rollout order from `experience.index`, sample i belongs to
+prompt i // n.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Callable, List
+
+import torch
+from openrlhf.models.utils import compute_reward
+from openrlhf.trainer.ppo_utils.experience import Experience
+from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
+from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
+
+from openrlhf_ada.algorithms.adora import adora_metrics, group_stats, in_schedule, load_weight_func, sample_weights
+from openrlhf_ada.algorithms.baselines import GROUP_BASELINE_ESTIMATORS, pool_baseline
+from openrlhf_ada.args import ada_config, adora_config
+
+POOL_KEYS = ("ada_pool_count", "ada_pool_mean", "ada_pool_std")
+
+
+class RolloutOrder:
+    """Maps the experiences' per-sample tensors to the [P, n] prompt-group layout and back."""
+
+    def __init__(self, experiences: List[Experience], n: int):
+        self.n = n
+        self.lengths = [len(e.index) for e in experiences]
+        self.indices = torch.tensor(list(itertools.chain.from_iterable(e.index for e in experiences)))
+
+    def group(self, per_sample: List[torch.Tensor]) -> torch.Tensor:
+        flat = torch.cat([t.reshape(-1) for t in per_sample])
+        out = torch.empty_like(flat)
+        out[self.indices] = flat
+        return out.reshape(-1, self.n)
+
+    def split(self, grouped: torch.Tensor) -> List[torch.Tensor]:
+        return list(grouped.reshape(-1)[self.indices].split(self.lengths))
+
+
+class AdaExperienceMaker(RemoteExperienceMaker):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.adora = adora_config(self.args)
+        self.ada = ada_config(self.args) if self.args.ada.enable else None
+        self.weight_func: Callable = load_weight_func(self.adora.weight_func) if self.adora.weight_func else None
+        self.global_step = 1  # the step being trained, as logged; the trainer sets it before each batch
+
+    @property
+    def uses_pool_baseline(self) -> bool:
+        return (
+            self.ada is not None
+            and self.ada.baseline == "pool"
+            and self.args.algo.advantage.estimator in GROUP_BASELINE_ESTIMATORS
+        )
+
+    @property
+    def adora_active(self) -> bool:
+        return self.adora.enable and in_schedule(self.global_step, self.adora.start_step, self.adora.end_step)
+
+    @torch.no_grad()
+    def compute_advantages_and_returns(self, experiences: List[Experience]) -> List[Experience]:
+        if not self.uses_pool_baseline and not self.adora_active:
+            return super().compute_advantages_and_returns(experiences)
+        order = RolloutOrder(experiences, self.args.rollout.n_samples_per_prompt)
+        # ADORA reads the outcome before length penalties touch the rewards.
+        outcome = self._grouped_outcome(experiences, order) if self.adora_active else None
+        if self.uses_pool_baseline:
+            experiences = self._advantages_with_pool_baseline(experiences, order)
+        else:
+            experiences = super().compute_advantages_and_returns(experiences)
+        if outcome is not None:
+            self._apply_adora(experiences, order, outcome)
+        return experiences
+
+    # -- ADORA -------------------------------------------------------------------------------------------------
+    def _grouped_outcome(self, experiences, order: RolloutOrder) -> dict:
+        rewards = order.group([e.rewards.float() for e in experiences])
+        has_scores = all(e.scores is not None for e in experiences)
+        scores = order.group([e.scores.float() for e in experiences]) if has_scores else rewards.clone()
+        return dict(
+            scores=scores,
+            rewards=rewards,
+            lengths=order.group([e.response_length.float() for e in experiences]),
+            truncated=order.group([e.truncated.bool() for e in experiences]),
+        )
+
+    def _apply_adora(self, experiences, order: RolloutOrder, outcome: dict) -> None:
+        weights = sample_weights(self.adora, step=self.global_step, weight_func=self.weight_func, **outcome)
+        stats = group_stats(outcome["scores"], outcome["lengths"], outcome["truncated"],
+                            positive_threshold=self.adora.positive_threshold)
+        metrics = adora_metrics(stats, weights, boost=self.adora.boost)
+        for experience, w in zip(experiences, order.split(weights)):
+            experience.advantages = experience.advantages * w.to(experience.advantages.dtype).unsqueeze(-1)
+            experience.info["adora_weight"] = w.float()
+            for key, value in metrics.items():
+                experience.info[key.replace("/", "_")] = torch.full_like(w, value, dtype=torch.float32)
+
+    # -- pool baseline -----------------------------------------------------------------------------------------
+    def _advantages_with_pool_baseline(self, experiences, order: RolloutOrder) -> List[Experience]:
+        args = self.args
+        missing = [k for k in POOL_KEYS if any(k not in e.info for e in experiences)]
+        if missing:
+            raise RuntimeError(
+                f"--ada.baseline pool needs {missing} in every sample's info (set by AdaSamplesGenerator); "
+                "these experiences were not produced by it"
+            )
+        for e in experiences:
+            e.rewards = e.rewards.to(torch.promote_types(e.rewards.dtype, torch.float32))
+        apply_length_penalties(experiences, args)
+
+        rewards = order.group([e.rewards for e in experiences])
+        for e, std in zip(experiences, order.split(rewards.std(-1, keepdim=True).expand_as(rewards))):
+            e.info["group_reward_std"] = std
+        pool = {k: order.group([e.info[k].float() for e in experiences])[:, 0] for k in POOL_KEYS}
+        shaped = pool_baseline(rewards, args.algo.advantage.estimator, pool_count=pool["ada_pool_count"],
+                               pool_mean=pool["ada_pool_mean"], pool_std=pool["ada_pool_std"]).to(rewards.dtype)
+
+        for e, r in zip(experiences, order.split(shaped)):
+            token_reward = compute_reward(r, self.kl_ctl.value, e.kl, action_mask=e.action_mask,
+                                          reward_clip_range=args.reward.clip_range)
+            e.returns = self.get_cumulative_returns(token_reward, e.action_mask, 1.0)  # gamma is 1 for these
+            e.advantages = e.returns.clone()
+            e.info["return"] = token_reward.sum(dim=-1)
+            e.kl = None
+        if args.algo.advantage.estimator == "reinforce_baseline":  # upstream whitens this one over the batch
+            whiten_advantages(experiences, use_std=not args.algo.advantage.no_std_norm)
+        return experiences
+
+
+def whiten_advantages(experiences: List[Experience], use_std: bool = True) -> None:
+    """Global advantage whitening over all action tokens of the batch (as upstream does for gae, reinforce and
+    reinforce_baseline)."""
+    adv = torch.cat([e.advantages.flatten() for e in experiences]).float()
+    mask = torch.cat([e.action_mask.flatten() for e in experiences])
+    count = mask.sum()
+    mean = (adv * mask).sum() / count
+    rstd = (((adv - mean).pow(2) * mask).sum() / count).clamp(min=1e-8).rsqrt() if use_std else 1
+    for e in experiences:
+        e.advantages = (e.advantages - mean) * rstd

@@ -1,0 +1,83 @@
+"""Shared fixtures: offline environment, a tiny Llama checkpoint, a local CPU Ray, and a subprocess runner.
+
+pytest runs with ``--import-mode=importlib`` and there is no ``tests/__init__.py``: the openrlhf wheel installs its own
+top-level ``tests`` package, so helpers live here as fixtures instead of an importable module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+# Nothing may reach a hub or send usage stats; set before transformers / vLLM / Ray are imported anywhere.
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "VLLM_DO_NOT_TRACK": "1",
+    "DO_NOT_TRACK": "1",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "WANDB_MODE": "disabled",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+for _key, _value in OFFLINE_ENV.items():
+    os.environ.setdefault(_key, _value)
+
+import pytest  # noqa: E402
+
+import openrlhf_ada  # noqa: E402, F401  (installs the flash_attn_2_cuda placeholder in this process)
+from openrlhf_ada.cpu_compat import RAY_RUNTIME_ENV  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_path(tmp_path_factory) -> str:
+    """A tiny random Llama checkpoint (float32, head_dim 64, byte-level BPE tokenizer, chat template), built once."""
+    from openrlhf_ada.utils.tiny_llama import build_tiny_llama
+
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny_llama"), seed=0)
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """A local Ray (2 CPUs, no GPU) whose workers install the CPU compat placeholder via the setup hook."""
+    import ray
+
+    if ray.is_initialized():  # somebody else owns it; do not shut it down under them
+        yield ray
+        return
+    ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, runtime_env=RAY_RUNTIME_ENV)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def run_python():
+    """Run a Python script in a fresh interpreter of this venv; return the JSON it printed on a ``RESULT `` line.
+
+    Fresh interpreters are needed for import checks (nothing pre-imported) and for vLLM, which spawns processes
+    and therefore needs an ``if __name__ == "__main__":`` entry point. On a non-zero exit or a missing RESULT line
+    the test fails with the tail of the script's output.
+    """
+
+    def run(script: str | os.PathLike, *args: str, timeout: float = 150) -> dict:
+        proc = subprocess.run(
+            [sys.executable, os.fspath(script), *map(str, args)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        results = [line[len("RESULT ") :] for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+        if proc.returncode != 0 or not results:
+            pytest.fail(
+                f"{script} exited with {proc.returncode}, RESULT lines: {len(results)}\n"
+                f"--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-6000:]}"
+            )
+        return json.loads(results[-1])
+
+    return run

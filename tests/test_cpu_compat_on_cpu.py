@@ -1,0 +1,142 @@
+"""openrlhf_ada.cpu_compat: every openrlhf module we build on imports on CPU, in the driver and in Ray workers.
+
+The python-only flash-attn install cannot import its CUDA extension ``flash_attn_2_cuda``; the placeholder fixes the
+imports and turns any accidental call into a clear error. Checks run in fresh interpreters / Ray workers, since
+this pytest process already imported openrlhf_ada (conftest).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import textwrap
+import types
+
+import pytest
+
+from openrlhf_ada import cpu_compat
+
+MODULES = [
+    "openrlhf.models",
+    "openrlhf.trainer.ppo_trainer",
+    "openrlhf.trainer.ppo_utils.experience_maker",
+    "openrlhf.trainer.ppo_utils.samples_generator",
+    "openrlhf.trainer.ray.vllm_engine",
+]
+
+FRESH_IMPORT_SCRIPT = """
+import importlib, json, sys
+
+# 1. Without openrlhf_ada, the python-only flash-attn breaks `import openrlhf.models`.
+try:
+    import openrlhf.models  # noqa: F401
+    before = "imported"
+except ModuleNotFoundError as e:
+    before = e.name
+
+# 2. After `import openrlhf_ada`, everything imports, in the same interpreter.
+import openrlhf_ada  # noqa: F401
+from openrlhf_ada.cpu_compat import is_placeholder_installed
+
+modules = sys.argv[1:]
+for name in modules:
+    importlib.import_module(name)
+print("RESULT " + json.dumps({"before": before, "placeholder": is_placeholder_installed(),
+                              "imported": [m for m in modules if m in sys.modules]}))
+"""
+
+RAY_WITHOUT_HOOK_SCRIPT = """
+import json
+import ray
+
+if __name__ == "__main__":
+    ray.init(num_cpus=1, num_gpus=0, include_dashboard=False)  # no worker_process_setup_hook
+
+    @ray.remote
+    def try_import():
+        try:
+            import openrlhf.models  # noqa: F401
+            return "imported"
+        except ModuleNotFoundError as e:
+            return e.name
+
+    print("RESULT " + json.dumps({"no_hook": ray.get(try_import.remote(), timeout=120)}))
+    ray.shutdown()
+"""
+
+
+def _write(tmp_path, name: str, code: str):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(code))
+    return path
+
+
+def test_fresh_interpreter_imports_openrlhf_after_openrlhf_ada(tmp_path, run_python):
+    result = run_python(_write(tmp_path, "fresh_import.py", FRESH_IMPORT_SCRIPT), *MODULES, timeout=120)
+    assert result["before"] == cpu_compat.EXT_NAME, "without the placeholder openrlhf.models should fail on CPU"
+    assert result["placeholder"] is True
+    assert result["imported"] == MODULES
+
+
+def test_placeholder_raises_clear_error_and_stays_introspectable():
+    assert cpu_compat.install() is True  # idempotent: conftest already installed it
+    ext = importlib.import_module(cpu_compat.EXT_NAME)
+    assert cpu_compat.install() is True and sys.modules[cpu_compat.EXT_NAME] is ext
+    assert cpu_compat.is_placeholder_installed()
+
+    with pytest.raises(RuntimeError, match=r"flash_attn_2_cuda\.varlen_fwd needs a CUDA GPU"):
+        ext.varlen_fwd(1, 2, softmax_scale=0.1)
+    # flash-attn's own module got the placeholder too: its calls fail with the same message.
+    from flash_attn import flash_attn_interface
+
+    with pytest.raises(RuntimeError, match=r"flash_attn_2_cuda\.fwd needs a CUDA GPU"):
+        flash_attn_interface.flash_attn_gpu.fwd()
+
+    for name in ("__file__", "__path__", "__wrapped__", "_private"):
+        assert not hasattr(ext, name), name
+    assert importlib.util.find_spec(cpu_compat.EXT_NAME) is ext.__spec__  # no "__spec__ is None" ValueError
+
+
+def test_install_keeps_a_real_extension(monkeypatch):
+    real = types.ModuleType(cpu_compat.EXT_NAME)
+    monkeypatch.setitem(sys.modules, cpu_compat.EXT_NAME, real)
+    assert cpu_compat.install() is False
+    assert sys.modules[cpu_compat.EXT_NAME] is real
+
+    monkeypatch.delitem(sys.modules, cpu_compat.EXT_NAME)
+    assert cpu_compat.install() is True  # the real one is not importable here: placeholder comes back
+    assert cpu_compat.is_placeholder_installed()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_ray_worker_imports_openrlhf_thanks_to_setup_hook(ray_local):
+    ray = ray_local
+
+    @ray.remote(num_cpus=1)
+    def import_in_worker(modules):
+        import importlib
+        import os
+        import sys
+
+        hooked = getattr(sys.modules.get("flash_attn_2_cuda"), "is_openrlhf_ada_placeholder", False)
+        for name in modules:
+            importlib.import_module(name)
+        return {
+            "pid": os.getpid(),
+            "placeholder_before_imports": hooked,
+            "imported": [m for m in modules if m in sys.modules],
+        }
+
+    result = ray.get(import_in_worker.remote(MODULES), timeout=150)
+    assert result["pid"] != os.getpid()
+    assert result["placeholder_before_imports"] is True, "the setup hook should have installed the placeholder"
+    assert result["imported"] == MODULES
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_ray_worker_without_setup_hook_cannot_import_openrlhf(tmp_path, run_python):
+    result = run_python(_write(tmp_path, "ray_no_hook.py", RAY_WITHOUT_HOOK_SCRIPT), timeout=150)
+    assert result["no_hook"] == cpu_compat.EXT_NAME

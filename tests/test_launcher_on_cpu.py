@@ -1,0 +1,126 @@
+"""The cluster launcher: project flags parsed, upstream flags and checks unchanged, misuse rejected before Ray starts,
+and upstream's train() building the project's trainer actors (checked without GPUs)."""
+
+import subprocess
+import sys
+
+import openrlhf.trainer.ppo_trainer as sync_module
+import openrlhf.trainer.ppo_trainer_async as async_module
+import pytest
+import ray
+import ray.actor
+
+from openrlhf_ada.cli import train_ppo_ray
+from openrlhf_ada.cli.train_ppo_ray import main, parse_args
+from openrlhf_ada.trainer.ppo_trainer import _AdaPPOTrainer
+from openrlhf_ada.trainer.ppo_trainer_async import _AdaPPOTrainerAsync
+
+BASE = ["--actor.model_name_or_path", "some/model", "--reward.remote_url", "reward.py",
+        "--rollout.n_samples_per_prompt", "4", "--algo.advantage.estimator", "dr_grpo"]
+
+
+def test_project_flags_and_defaults():
+    args = parse_args(BASE + ["--ada.enable", "--ada.round_size", "8", "--adora.enable", "--adora.lam", "0.2",
+                              "--ada.mode", "pos", "--ada.schedule", "sync"])
+    assert (args.ada.enable, args.ada.round_size, args.ada.mode, args.ada.schedule) == (True, 8, "pos", "sync")
+    assert (args.ada.max_rounds, args.ada.unresolved, args.ada.selection, args.ada.baseline) == (4, "keep", "first",
+                                                                                                  "pool")
+    assert (args.adora.enable, args.adora.lam, args.adora.boost, args.adora.variant) == (True, 0.2, 1.0, "llm")
+    off = parse_args(BASE)
+    assert not off.ada.enable and not off.adora.enable
+
+
+def test_upstream_flags_pass_through_and_upstream_checks_still_run():
+    args = parse_args(BASE + ["--actor.adam.lr", "3e-7", "--rollout.batch_size", "7", "--train.async_enable",
+                              "--algo.kl.init_coef", "0.02"])
+    assert args.actor.adam.lr == 3e-7 and args.rollout.batch_size == 7 and args.train.async_enable
+    assert args.algo.kl.init_coef == 0.02
+    assert args.reward.remote_url == ["reward.py"]  # upstream's own post-processing ran (split on commas)
+    assert args.rollout.vllm_generate_batch_size == 7  # and so did its defaults logic
+    with pytest.raises(AssertionError, match="requires n_samples_per_prompt > 1"):  # upstream's assertion
+        parse_args(["--actor.model_name_or_path", "m", "--algo.advantage.estimator", "group_norm"])
+
+
+@pytest.mark.parametrize(
+    "extra,words",
+    [
+        (["--ada.enable", "--rollout.n_samples_per_prompt", "1"], ["n_samples_per_prompt >= 2", "got 1"]),
+        (["--adora.enable", "--rollout.n_samples_per_prompt", "1", "--algo.advantage.estimator", "reinforce"],
+         ["--adora.enable", "n_samples_per_prompt=1"]),
+        (["--ada.enable", "--ada.round_size", "0"], ["--ada.round_size=0", ">= 1"]),
+        (["--ada.enable", "--ada.max_rounds", "0"], ["--ada.max_rounds=0"]),
+        (["--ada.enable", "--ada.round_size", "1", "--ada.max_rounds", "2"], ["2 samples", "n=4"]),
+        (["--ada.enable", "--algo.advantage.estimator", "reinforce"], ["--ada.baseline pool", "reinforce"]),
+        (["--adora.enable", "--adora.weight_func", "missing.py:f"], ["missing.py", "'f'", "file not found"]),
+        (["--adora.enable", "--adora.end_step", "0"], ["--adora.end_step=0"]),
+        (["--ada.mode", "both"], ["--ada.mode", "invalid choice", "'both'"]),
+        (["--adora.variant", "text"], ["--adora.variant", "invalid choice"]),
+        (["--ada.bogus", "1"], ["unrecognized arguments", "--ada.bogus"]),
+    ],
+)
+def test_misuse_fails_with_a_clear_message(extra, words, capsys):
+    with pytest.raises(SystemExit) as e:
+        parse_args(BASE + extra)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    for word in words:
+        assert word in err
+
+
+def test_ada_without_a_reward_function_is_refused(capsys):
+    argv = ["--actor.model_name_or_path", "m", "--rollout.n_samples_per_prompt", "4",
+            "--algo.advantage.estimator", "dr_grpo", "--ada.enable"]
+    with pytest.raises(SystemExit):
+        parse_args(argv)
+    assert "--reward.remote_url" in capsys.readouterr().err
+    assert parse_args(argv + ["--train.agent_func_path", "agent.py"]).ada.enable  # an agent is a reward source
+
+
+def test_help_lists_upstream_and_project_flags_with_defaults():
+    out = subprocess.run([sys.executable, "-m", "openrlhf_ada.cli.train_ppo_ray", "--help"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    for flag in ["--actor.model_name_or_path", "--algo.advantage.estimator", "--adora.lam", "--ada.round_size",
+                 "--ada.schedule {async,sync}"]:
+        assert flag in text
+    assert "Rounds before a prompt counts as unresolved (default: 4)" in text
+    assert "Weight of groups that are not advantageous (default: 0.1)" in text
+
+
+class _Built(Exception):
+    def __init__(self, actor_class):
+        self.actor_class = actor_class
+
+
+@pytest.mark.parametrize("async_enable,expected", [(False, _AdaPPOTrainer), (True, _AdaPPOTrainerAsync)])
+def test_train_builds_the_project_trainer(monkeypatch, async_enable, expected):
+    """Run upstream's train() through the launcher with Ray and the GPU actor groups stubbed out; the first actor it
+    creates is the trainer: it must be the project's class, and ray.init must carry the worker setup hook."""
+    import openrlhf.trainer.ray.launcher as launcher
+
+    monkeypatch.setattr(sync_module, "PPOTrainer", sync_module.PPOTrainer)  # restored after the test
+    monkeypatch.setattr(async_module, "PPOTrainerAsync", async_module.PPOTrainerAsync)
+    init_calls = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda *a, **kw: init_calls.append(kw))
+    monkeypatch.setattr(launcher, "RayActorGroup", lambda *a, **kw: object())
+
+    def remote(self, *args, **kwargs):
+        raise _Built(self.__ray_actor_class__)
+
+    monkeypatch.setattr(ray.actor.ActorClass, "remote", remote)
+    argv = BASE + ["--ada.enable", "--adora.enable"] + (["--train.async_enable"] if async_enable else [])
+    with pytest.raises(_Built) as built:
+        main(argv)
+    assert built.value.actor_class is expected
+    assert init_calls and init_calls[0]["runtime_env"]["worker_process_setup_hook"] == train_ppo_ray.WORKER_SETUP_HOOK
+    assert init_calls[0]["runtime_env"]["env_vars"]["RAY_ENABLE_ZERO_COPY_TORCH_TENSORS"]  # upstream's env kept
+
+
+def test_misuse_stops_before_ray_starts(monkeypatch):
+    started = []
+    monkeypatch.setattr(ray, "init", lambda *a, **kw: started.append(kw))
+    with pytest.raises(SystemExit):
+        main(BASE + ["--ada.enable", "--ada.round_size", "0"])
+    assert started == []

