@@ -98,6 +98,7 @@ def _rg():
 
 
 _RG_DATASET = None
+_rg()  # import reasoning-gym now: a missing verifier fails when OpenRLHF loads the file, not at every sample
 
 
 def format_ok(response: str, prompt: str) -> bool:

@@ -67,9 +67,17 @@ def _timeout_s() -> float:
 
 
 def _extraction_config():
+    import math_verify.grader
+    import math_verify.parser
     from math_verify import ExprExtractionConfig, LatexExtractionConfig
 
+    # math-verify warns once that its timeouts are off; here they are off on purpose (see call_with_timeout)
+    math_verify.grader.TIMEOUT_WARNING_SHOWN = True
+    math_verify.parser.TIMEOUT_WARNING_SHOWN = True
     return [LatexExtractionConfig(), ExprExtractionConfig()]
+
+
+_extraction_config()  # import math-verify now: a missing verifier fails when OpenRLHF loads the file
 
 
 def label_answer(label) -> str | None:
