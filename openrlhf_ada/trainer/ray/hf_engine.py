@@ -1,0 +1,80 @@
+"""`HFRolloutActor`: an engine with RolloutRayActor's interface, backed by transformers' `generate` instead of vLLM.
+
+It subclasses upstream's RolloutRayActor and replaces only the engine underneath: `generate_responses` (upstream's)
+still runs upstream's SingleTurnAgentExecutor (tokenisation, truncation, reward file, response dicts); this class
+answers its `generate(prompt_token_ids, sampling_params)` calls. For machines where vLLM cannot run a model, and for
+exactly reproducible runs: the k-th sample of a prompt within a step is drawn with a seed derived from
+(seed, step, prompt tokens, k), so it does not depend on other prompts or on scheduling.
+"""
+
+import hashlib
+from types import SimpleNamespace
+
+import ray
+import torch
+from openrlhf.trainer.ray.vllm_engine import RolloutRayActor, _load_agent_executor
+from openrlhf.utils.agent import SingleTurnAgentExecutor
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+
+def _seed(*keys) -> int:
+    return int.from_bytes(hashlib.sha256(repr(keys).encode()).digest()[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
+
+
+class _HFRolloutActor(RolloutRayActor.__ray_actor_class__):
+    def __init__(self, model: str, *, remote_rm_url=None, agent_func_path=None, seed: int = 0, **_ignored):
+        torch.set_num_threads(1)
+        self.executor = (
+            _load_agent_executor(agent_func_path) if agent_func_path else SingleTurnAgentExecutor(remote_rm_url)
+        )
+        self.model = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
+        tokenizer = AutoTokenizer.from_pretrained(model)
+        self.eos_token_id = tokenizer.eos_token_id
+        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_token_id
+        self.seed, self.epoch, self._counts, self._unfinished = seed, 0, {}, 0
+
+    async def generate(self, prompt_token_ids, sampling_params, multi_modal_data=None):
+        if multi_modal_data:
+            raise NotImplementedError("HFRolloutActor generates text only; use the vLLM engine for images")
+        key = tuple(prompt_token_ids)
+        k = self._counts.get(key, 0)
+        self._counts[key] = k + 1
+        self._unfinished += 1
+        try:
+            torch.manual_seed(_seed(self.seed, self.epoch, key, k))
+            with torch.no_grad():
+                out = self.model.generate(
+                    torch.tensor([prompt_token_ids]),
+                    attention_mask=torch.ones(1, len(prompt_token_ids), dtype=torch.long),
+                    do_sample=sampling_params.temperature > 0,
+                    temperature=sampling_params.temperature or None,
+                    top_p=sampling_params.top_p,
+                    top_k=sampling_params.top_k if sampling_params.top_k and sampling_params.top_k > 0 else None,
+                    max_new_tokens=sampling_params.max_tokens,
+                    min_new_tokens=sampling_params.min_tokens or 0,
+                    eos_token_id=self.eos_token_id,
+                    pad_token_id=self.pad_token_id,
+                )
+        finally:
+            self._unfinished -= 1
+        tokens = out[0, len(prompt_token_ids) :].tolist()
+        if self.eos_token_id in tokens:
+            tokens = tokens[: tokens.index(self.eos_token_id) + 1]
+            reason = "stop"
+        else:
+            reason = "length"
+        return SimpleNamespace(outputs=[SimpleNamespace(token_ids=tokens, finish_reason=reason, logprobs=None)])
+
+    def get_num_unfinished_requests(self) -> int:
+        return self._unfinished
+
+    async def load_weights_from_file(self, path: str) -> None:
+        self.model.load_state_dict(load_file(path), strict=True)
+
+    async def reseed(self, epoch: int) -> None:
+        """Start a new step: per-prompt sample counters restart, seeds depend on this epoch (the step)."""
+        self.epoch, self._counts = epoch, {}
+
+
+HFRolloutActor = ray.remote(_HFRolloutActor)
