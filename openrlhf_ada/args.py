@@ -10,7 +10,9 @@ and are rebuilt there with `adora_config(args)` / `ada_config(args)`.
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
+from openrlhf_ada.algorithms._checks import check_finite
 from openrlhf_ada.algorithms.adora import VARIANTS, AdoraConfig, load_weight_func
 from openrlhf_ada.algorithms.baselines import GROUP_BASELINE_ESTIMATORS
 from openrlhf_ada.algorithms.reinforce_ada import (
@@ -62,6 +64,14 @@ def add_project_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                    help="Group baseline from the whole pool's statistics (pool) or the kept n samples (group)")
     g.add_argument("--ada.schedule", type=str, default="async", choices=SCHEDULES,
                    help="async: a prompt's next round starts as soon as its last is scored; sync: rounds in lockstep")
+
+    g = parser.add_argument_group("Faults (openrlhf-ada): what a long run survives")
+    g.add_argument("--fault.reward_timeout", type=float, default=60.0,
+                   help="Seconds one reward-function call may take; later it counts as a failed sample")
+    g.add_argument("--fault.max_failed_share", type=float, default=0.5,
+                   help="Stop the run when more than this share of a step's samples got no usable reward")
+    g.add_argument("--fault.engine_timeout", type=float, default=900.0,
+                   help="Seconds without any rollout coming back before the step fails (engines hung)")
     return parser
 
 
@@ -92,8 +102,34 @@ def ada_config(args) -> AdaConfig:
     )
 
 
+@dataclass(frozen=True)
+class FaultConfig:
+    reward_timeout: float = 60.0
+    max_failed_share: float = 0.5
+    engine_timeout: float = 900.0
+
+    def __post_init__(self):
+        check_finite("fault.reward_timeout", self.reward_timeout, minimum=0.001)
+        check_finite("fault.engine_timeout", self.engine_timeout, minimum=0.001)
+        check_finite("fault.max_failed_share", self.max_failed_share, minimum=0.0)
+        if self.max_failed_share > 1:
+            raise ValueError(f"fault.max_failed_share={self.max_failed_share} is invalid; accepted values: 0 to 1")
+
+
+def fault_config(args) -> FaultConfig:
+    f = _get(args, "fault")
+    if f is None:
+        return FaultConfig()
+    return FaultConfig(reward_timeout=f.reward_timeout, max_failed_share=f.max_failed_share,
+                       engine_timeout=f.engine_timeout)
+
+
 def validate(args) -> None:
     """Check the project's flags against each other and against upstream's; raise ValueError (what, how to fix)."""
+    try:
+        fault_config(args)
+    except ValueError as e:
+        raise ValueError(f"--{e}") from None
     try:
         adora = adora_config(args)
     except ValueError as e:

@@ -6,6 +6,7 @@ import sys
 
 import openrlhf.trainer.ppo_trainer as sync_module
 import openrlhf.trainer.ppo_trainer_async as async_module
+import openrlhf.trainer.ray.vllm_engine as engine_module
 import pytest
 import ray
 import ray.actor
@@ -14,6 +15,7 @@ from openrlhf_ada.cli import train_ppo_ray
 from openrlhf_ada.cli.train_ppo_ray import main, parse_args
 from openrlhf_ada.trainer.ppo_trainer import _AdaPPOTrainer
 from openrlhf_ada.trainer.ppo_trainer_async import _AdaPPOTrainerAsync
+from openrlhf_ada.trainer.ray.vllm_engine import _AdaRolloutRayActor
 
 BASE = ["--actor.model_name_or_path", "some/model", "--reward.remote_url", "reward.py",
         "--rollout.n_samples_per_prompt", "4", "--algo.advantage.estimator", "dr_grpo"]
@@ -101,6 +103,7 @@ def test_train_builds_the_project_trainer(monkeypatch, async_enable, expected):
 
     monkeypatch.setattr(sync_module, "PPOTrainer", sync_module.PPOTrainer)  # restored after the test
     monkeypatch.setattr(async_module, "PPOTrainerAsync", async_module.PPOTrainerAsync)
+    monkeypatch.setattr(engine_module, "RolloutRayActor", engine_module.RolloutRayActor)
     init_calls = []
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda *a, **kw: init_calls.append(kw))
@@ -116,6 +119,8 @@ def test_train_builds_the_project_trainer(monkeypatch, async_enable, expected):
     assert built.value.actor_class is expected
     assert init_calls and init_calls[0]["runtime_env"]["worker_process_setup_hook"] == train_ppo_ray.WORKER_SETUP_HOOK
     assert init_calls[0]["runtime_env"]["env_vars"]["RAY_ENABLE_ZERO_COPY_TORCH_TENSORS"]  # upstream's env kept
+    assert init_calls[0]["runtime_env"]["env_vars"]["OPENRLHF_ADA_REWARD_TIMEOUT"] == "60.0"
+    assert engine_module.RolloutRayActor.__ray_actor_class__ is _AdaRolloutRayActor  # engines get the reward guard
 
 
 def test_misuse_stops_before_ray_starts(monkeypatch):

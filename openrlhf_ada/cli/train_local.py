@@ -106,31 +106,49 @@ def start_engine(args, config: LocalConfig):
     import torch
 
     common = dict(remote_rm_url=args.reward.remote_url, agent_func_path=args.train.agent_func_path,
-                  seed=args.train.seed)
+                  seed=args.train.seed, reward_timeout=args.fault.reward_timeout)
     if config.engine == "hf":
         from openrlhf_ada.trainer.ray.hf_engine import HFRolloutActor
 
         return HFRolloutActor.options(num_cpus=config.engine_cpus, num_gpus=0).remote(
             args.actor.model_name_or_path, **common)
-    from openrlhf_ada.trainer.ray.vllm_engine import LocalRolloutRayActor
+    from openrlhf_ada.trainer.ray.vllm_engine import AdaRolloutRayActor
 
     gpu = torch.cuda.is_available()
-    return LocalRolloutRayActor.options(num_cpus=config.engine_cpus, num_gpus=1 if gpu else 0).remote(
+    return AdaRolloutRayActor.options(num_cpus=config.engine_cpus, num_gpus=1 if gpu else 0).remote(
         model=args.actor.model_name_or_path, dtype="bfloat16" if gpu else "float32", enforce_eager=not gpu,
         num_gpus=1 if gpu else 0, gpu_memory_utilization=config.gpu_memory_utilization,
         max_model_len=config.max_model_len, distributed_executor_backend="uni", **common)
 
 
 def load_prompts(args, strategy, tokenizer):
+    """OpenRLHF's PromptDataset, after the checks of openrlhf_ada.data_checks (reported before training starts);
+    prompts longer than the prompt budget are skipped."""
     from openrlhf.datasets import PromptDataset
     from openrlhf.datasets.utils import blending_datasets
 
+    from openrlhf_ada.data_checks import check_prompt_file, too_long_prompts
+
+    reports = [check_prompt_file(path, args.data.input_key, args.data.label_key)
+               for path in args.data.prompt_dataset.split(",") if os.path.isfile(path)]
     data = blending_datasets(args.data.prompt_dataset, args.data.prompt_probs, strategy, args.train.seed,
                              max_count=args.data.max_samples, dataset_split=args.data.prompt_split)
     data = data.select(range(min(args.data.max_samples, len(data))))
     if len(data) == 0:
         raise ValueError(f"--data.prompt_dataset {args.data.prompt_dataset!r} holds no rows")
-    return PromptDataset(data, tokenizer, strategy, input_template=args.data.input_template)
+    dataset = PromptDataset(data, tokenizer, strategy, input_template=args.data.input_template)
+    budget = args.data.max_len - args.rollout.max_new_tokens
+    skipped = set(too_long_prompts(dataset.prompts, tokenizer, budget))
+    if skipped:
+        for name in ("prompts", "labels", "images", "datasources"):
+            setattr(dataset, name, [x for i, x in enumerate(getattr(dataset, name)) if i not in skipped])
+    for report in reports:
+        print(f"[train_local] data check: {report.summary()}")
+    print(f"[train_local] {len(dataset)} prompts; {len(skipped)} skipped as longer than {budget} tokens "
+          f"(--data.max_len {args.data.max_len} - --rollout.max_new_tokens {args.rollout.max_new_tokens})")
+    if len(dataset) == 0:
+        raise ValueError(f"every prompt is longer than {budget} tokens: raise --data.max_len")
+    return dataset
 
 
 def run(args) -> dict:

@@ -33,24 +33,30 @@ DESCRIPTION = (
 
 
 def install_trainers() -> None:
-    """Point the names upstream's train() imports at the project's trainer actors."""
+    """Point the names upstream's train() uses at the project's actors: the trainers, and the rollout engine that
+    upstream's create_vllm_engines builds (with the reward guard)."""
     import openrlhf.trainer.ppo_trainer as sync_module
     import openrlhf.trainer.ppo_trainer_async as async_module
+    import openrlhf.trainer.ray.vllm_engine as engine_module
 
     from openrlhf_ada.trainer.ppo_trainer import AdaPPOTrainer
     from openrlhf_ada.trainer.ppo_trainer_async import AdaPPOTrainerAsync
+    from openrlhf_ada.trainer.ray.vllm_engine import AdaRolloutRayActor
 
     sync_module.PPOTrainer = AdaPPOTrainer
     async_module.PPOTrainerAsync = AdaPPOTrainerAsync
+    engine_module.RolloutRayActor = AdaRolloutRayActor
 
 
-def with_setup_hook(runtime_env: dict | None) -> dict:
+def with_setup_hook(runtime_env: dict | None, env_vars: dict | None = None) -> dict:
     runtime_env = dict(runtime_env or {})
     runtime_env.setdefault("worker_process_setup_hook", WORKER_SETUP_HOOK)
+    if env_vars:
+        runtime_env["env_vars"] = {**env_vars, **runtime_env.get("env_vars", {})}
     return runtime_env
 
 
-def _wrap_ray_init() -> None:
+def _wrap_ray_init(env_vars: dict) -> None:
     import ray
 
     if getattr(ray.init, "_openrlhf_ada", False):
@@ -59,7 +65,7 @@ def _wrap_ray_init() -> None:
 
     @functools.wraps(original)
     def init(*args, **kwargs):
-        kwargs["runtime_env"] = with_setup_hook(kwargs.get("runtime_env"))
+        kwargs["runtime_env"] = with_setup_hook(kwargs.get("runtime_env"), env_vars)
         return original(*args, **kwargs)
 
     init._openrlhf_ada = True
@@ -130,7 +136,7 @@ def main(
             sys._getframe(1).f_globals["train"] = capture
         else:
             install_trainers()
-            _wrap_ray_init()
+            _wrap_ray_init({"OPENRLHF_ADA_REWARD_TIMEOUT": str(args.fault.reward_timeout)})
         return args
 
     argparse.ArgumentParser.parse_args = parse_args

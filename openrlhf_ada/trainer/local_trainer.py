@@ -265,7 +265,7 @@ class LocalTrainer:
         lengths = torch.tensor([float(s.response_length.reshape(-1)[0]) for s in samples])
         signal_groups = group_signal(samples, n)
         ada = self.generator.last_metrics if self.generator.ada is not None else {}
-        if ada:
+        if self.generator.ada is not None:
             generated, per_prompt, eta = ada["ada/tokens_generated"], ada["ada/samples_per_prompt_mean"], ada["ada/eta"]
         else:
             generated = lengths.sum().item()
@@ -287,7 +287,7 @@ class LocalTrainer:
             "timing/train": t_train,
         }
         metrics.update(train_stats)
-        metrics.update(ada)
+        metrics.update(self.generator.last_metrics)
         adora_keys = [k for k in experiences[0].info if k.startswith("adora_")]
         for key in adora_keys:
             metrics[key.replace("adora_", "adora/", 1)] = torch.cat([e.info[key] for e in experiences]).mean().item()

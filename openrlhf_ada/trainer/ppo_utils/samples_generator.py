@@ -32,7 +32,8 @@ from openrlhf.utils.logging_utils import init_logger
 from tqdm import tqdm
 
 from openrlhf_ada.algorithms.reinforce_ada import PromptPool, make_rng, step_metrics
-from openrlhf_ada.args import ada_config
+from openrlhf_ada.args import ada_config, fault_config
+from openrlhf_ada.trainer.ray.reward_guard import FAIL_NAMES
 
 logger = init_logger(__name__)
 
@@ -50,10 +51,49 @@ def _scalar(value: Optional[torch.Tensor]) -> Optional[float]:
     return None if value is None else float(value.reshape(-1)[0].item())
 
 
+class _FailureLog:
+    """Samples of one step without a usable reward: counted by reason; one kept as an example for the error."""
+
+    def __init__(self):
+        self.total = self.failed = 0
+        self.by_reason: dict = {}
+        self.example: Optional[Experience] = None
+
+    def record(self, experiences: List[Experience]) -> None:
+        for e in experiences:
+            self.total += 1
+            if e.rewards is None or not torch.isfinite(e.rewards).all():
+                self.failed += 1
+                code = int(_scalar(e.info.get("reward_fail_code")) or 1) if "reward_fail_code" in e.info else 1
+                reason = FAIL_NAMES.get(code, "raised")
+                self.by_reason[reason] = self.by_reason.get(reason, 0) + 1
+                if self.example is None:
+                    self.example = e
+
+    def metrics(self) -> dict:
+        out = {"fault/failed_share": self.failed / self.total if self.total else 0.0}
+        for reason, count in self.by_reason.items():
+            out[f"fault/failed_{reason}"] = float(count)
+        return out
+
+    def check(self, limit: float, reward_url, tokenizer) -> None:
+        if not self.total or self.failed / self.total <= limit:
+            return
+        e = self.example
+        response = tokenizer.decode(e.sequences[0][e.action_mask[0].nonzero().flatten() + 1], skip_special_tokens=True)
+        raise RuntimeError(
+            f"{self.failed} of {self.total} samples this step ({self.failed / self.total:.0%}) got no usable reward "
+            f"from {reward_url} (limit --fault.max_failed_share {limit}); reasons: {self.by_reason}. One failing "
+            f"input: prompt={e.prompts[0]!r}, label={e.labels[0]!r}, response={response[:500]!r}. Fix the reward "
+            "function (it must return one finite number per sample, within --fault.reward_timeout seconds)."
+        )
+
+
 class AdaSamplesGenerator(SamplesGenerator):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.ada = ada_config(self.args) if self.args.ada.enable else None
+        self.fault = fault_config(self.args)
         self._in_eval = False
         self._step = 0  # counts training generation calls; keys the per-prompt random generators
         self.last_metrics: dict = {}
@@ -80,9 +120,56 @@ class AdaSamplesGenerator(SamplesGenerator):
     def _generate_vllm(
         self, dataloader_iter, num_prompts: int, dynamic_filtering, **generate_kwargs
     ) -> Tuple[List[Experience], int, bool]:
-        if self.ada is None or self._in_eval:
+        if self._in_eval:
             return super()._generate_vllm(dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs)
+        if self.ada is None:
+            return self._generate_fixed(dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs)
         return self._generate_adaptive(dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs)
+
+    def _generate_fixed(self, dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs):
+        """Upstream's fixed-n generation, minus any group holding a sample without a usable reward (upstream would
+        train on it or crash), with the same failure accounting and stop rule as the adaptive path."""
+        experiences, consumed, exhausted = super()._generate_vllm(
+            dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs
+        )
+        n = generate_kwargs.get("n_samples_per_prompt", self.args.rollout.n_samples_per_prompt)
+        failures = _FailureLog()
+        failures.record(experiences)
+        kept = []
+        for i in range(0, len(experiences), n):
+            group = experiences[i : i + n]
+            if all(e.rewards is not None and torch.isfinite(e.rewards).all() for e in group):
+                kept.extend(group)
+        failures.check(self.fault.max_failed_share, self.args.reward.remote_url, self.tokenizer)
+        self.last_metrics = {**failures.metrics(), "fault/groups_dropped": (len(experiences) - len(kept)) / n}
+        return kept, consumed, exhausted
+
+    # -- faults ---------------------------------------------------------------------------------------------------
+    def _drop_dead_engines(self, error) -> None:
+        """Keep only the engines that still answer; with none left, stop with a clear error."""
+        alive = []
+        for engine in self.vllm_engines:
+            try:
+                ray.get(engine.get_num_unfinished_requests.remote(), timeout=30)
+                alive.append(engine)
+            except Exception:  # dead, or not answering: either way it gets no more work
+                pass
+        logger.warning(f"rollout engine lost ({type(error).__name__}); {len(alive)} of {len(self.vllm_engines)} "
+                       "engines left; its rounds go to the others")
+        self.vllm_engines[:] = alive
+        if not alive:
+            raise RuntimeError(
+                f"every rollout engine has died (last error: {type(error).__name__}: {error}); nothing can generate. "
+                "Check the engines' logs (out of memory?) and restart from the last checkpoint."
+            ) from error
+
+    def _check_stalled(self, last_progress: float, pending: int) -> None:
+        if time.time() - last_progress > self.fault.engine_timeout:
+            raise TimeoutError(
+                f"no rollout came back for {self.fault.engine_timeout:.0f}s ({pending} requests pending on "
+                f"{len(self.vllm_engines)} engines): the engines look hung. Raise --fault.engine_timeout for very "
+                "long generations, or check the engine logs."
+            )
 
     # -----------------------------------------------------------------------------------------------------------
     def _generate_adaptive(self, dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs):
@@ -97,7 +184,7 @@ class AdaSamplesGenerator(SamplesGenerator):
         next_uid = 0
         finished: List[_Prompt] = []  # every prompt processed this step, in the order drawn
         accepted: dict = {}  # uid -> kept experiences
-        filtered = 0
+        filtered = engine_failures = 0
 
         def draw(count: int) -> List[_Prompt]:
             nonlocal prompts_consumed, exhausted, next_uid
@@ -151,13 +238,27 @@ class AdaSamplesGenerator(SamplesGenerator):
         pbar = tqdm(total=num_prompts, desc="Generate samples (Reinforce-Ada)")
         waiting_round: List[_Prompt] = []  # sync schedule: prompts whose next round waits for the barrier
         dispatch(active)
+        failures = _FailureLog()
+        last_progress = time.time()
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=10.0)
             to_dispatch: List[_Prompt] = []
             refill = 0
+            if not ready:
+                self._check_stalled(last_progress, len(pending))
             for ref in ready:
                 item = pending.pop(ref)
-                experiences = [self._process_response_into_experience(r, **generate_kwargs) for r in ray.get(ref)]
+                try:
+                    responses = ray.get(ref)
+                except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as e:
+                    # the engine died mid-round: the round is lost, not counted; run it again elsewhere
+                    self._drop_dead_engines(e)
+                    engine_failures += 1
+                    to_dispatch.append(item)
+                    continue
+                last_progress = time.time()
+                experiences = [self._process_response_into_experience(r, **generate_kwargs) for r in responses]
+                failures.record(experiences)
                 item.pool.add_round(
                     scores=[_scalar(e.scores) if e.scores is not None else _scalar(e.rewards) for e in experiences],
                     rewards=[_scalar(e.rewards) for e in experiences],
@@ -183,6 +284,9 @@ class AdaSamplesGenerator(SamplesGenerator):
         pbar.close()
 
         metrics = step_metrics([item.pool for item in finished], ada.max_rounds)
+        failures.check(self.fault.max_failed_share, self.args.reward.remote_url, self.tokenizer)
+        metrics.update(failures.metrics())
+        metrics["fault/engine_failures"] = float(engine_failures)
         metrics["ada/dynamic_filtered"] = float(filtered)
         metrics["ada/prompts_consumed"] = float(prompts_consumed)
         metrics["ada/generation_seconds"] = time.time() - started

@@ -13,9 +13,11 @@ from types import SimpleNamespace
 import ray
 import torch
 from openrlhf.trainer.ray.vllm_engine import RolloutRayActor, _load_agent_executor
-from openrlhf.utils.agent import SingleTurnAgentExecutor
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from openrlhf_ada.trainer.ray.reward_guard import GuardedRewardExecutor
+from openrlhf_ada.trainer.ray.vllm_engine import reward_timeout_from_env
 
 
 def _seed(*keys) -> int:
@@ -23,10 +25,13 @@ def _seed(*keys) -> int:
 
 
 class _HFRolloutActor(RolloutRayActor.__ray_actor_class__):
-    def __init__(self, model: str, *, remote_rm_url=None, agent_func_path=None, seed: int = 0, **_ignored):
+    def __init__(self, model: str, *, remote_rm_url=None, agent_func_path=None, seed: int = 0, reward_timeout=None,
+                 **_ignored):
         torch.set_num_threads(1)
         self.executor = (
-            _load_agent_executor(agent_func_path) if agent_func_path else SingleTurnAgentExecutor(remote_rm_url)
+            _load_agent_executor(agent_func_path)
+            if agent_func_path
+            else GuardedRewardExecutor(remote_rm_url, timeout=reward_timeout_from_env(reward_timeout))
         )
         self.model = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
         tokenizer = AutoTokenizer.from_pretrained(model)

