@@ -129,3 +129,27 @@ def test_misuse_stops_before_ray_starts(monkeypatch):
     with pytest.raises(SystemExit):
         main(BASE + ["--ada.enable", "--ada.round_size", "0"])
     assert started == []
+
+
+def test_cluster_trainer_writes_standard_metric_rows(tmp_path):
+    from openrlhf_ada.trainer.ppo_trainer import AdaTrainerMixin
+    from openrlhf_ada.utils.metrics_log import read_metrics
+
+    class Upstream:
+        def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
+            self.upstream_called = global_step
+
+    class Trainer(AdaTrainerMixin, Upstream):
+        args = parse_args(BASE + ["--ckpt.path", str(tmp_path)])
+
+    trainer = Trainer()
+    status = {"rollout/reward_mean": 0.25, "rollout/response_length_mean": 10.0, "rollout/num_samples": 8.0,
+              "generated_samples": ["text", 1.0], "policy_loss": 0.5}
+    trainer.save_logs_and_checkpoints(1, dict(status))
+    trainer.save_logs_and_checkpoints(2, {**status, "ada_tokens_generated": 100.0, "ada_eta": 0.4,
+                                          "ada_samples_per_prompt_mean": 6.0, "ada_nonzero_adv_group_share": 0.75})
+    rows = read_metrics(str(tmp_path))
+    assert trainer.upstream_called == 2
+    assert rows[0]["reward_mean"] == 0.25 and rows[0]["generated_tokens"] == 80 and rows[0]["samples_per_prompt"] == 4
+    assert rows[1]["generated_tokens_total"] == 180 and rows[1]["eta"] == 0.4 and rows[1]["samples_per_prompt"] == 6
+    assert rows[1]["zero_adv_group_share"] == 0.25 and "generated_samples" not in rows[0]

@@ -6,11 +6,14 @@ it (`openrlhf.trainer.ppo_trainer.PPOTrainer`). Ray pickles the class by referen
 process imports openrlhf_ada and runs these subclasses wherever it is scheduled.
 """
 
+import os
+
 import ray
 from openrlhf.trainer.ppo_trainer import PPOTrainer
 
 from openrlhf_ada.trainer.ppo_utils.experience_maker import AdaExperienceMaker
 from openrlhf_ada.trainer.ppo_utils.samples_generator import AdaSamplesGenerator
+from openrlhf_ada.utils.metrics_log import MetricsWriter
 
 
 class AdaTrainerMixin:
@@ -31,6 +34,38 @@ class AdaTrainerMixin:
     def train_step(self, rollout_samples, global_step: int):
         self.experience_maker.global_step = global_step + 1  # the step this update will be logged as
         return super().train_step(rollout_samples, global_step)
+
+    def save_logs_and_checkpoints(self, global_step: int, logs_dict=None, client_states=None) -> None:
+        """Upstream's logging and checkpoints, plus one JSON line per step in <--ckpt.path>/metrics.jsonl (the
+        format openrlhf_ada.cli.compare reads), whatever wandb/tensorboard are set to."""
+        super().save_logs_and_checkpoints(global_step, logs_dict, client_states)
+        if logs_dict:
+            if getattr(self, "_metrics_writer", None) is None:
+                path = os.path.join(self.args.ckpt.path, "metrics.jsonl")
+                self._metrics_writer = MetricsWriter(path, append=True)
+                self._generated_tokens_total = 0.0
+            row = standard_metrics(logs_dict, self.args.rollout.n_samples_per_prompt)
+            self._generated_tokens_total += row.get("generated_tokens", 0.0)
+            row["generated_tokens_total"] = self._generated_tokens_total
+            self._metrics_writer.write(global_step, row)
+
+
+def standard_metrics(status: dict, n: int) -> dict:
+    """A step's upstream status dict (numbers kept) plus the standard keys of openrlhf_ada.utils.metrics_log."""
+    row = {k: float(v) for k, v in status.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    if "rollout/reward_mean" in row:
+        row["reward_mean"] = row["rollout/reward_mean"]
+    if "ada_tokens_generated" in row:
+        row["generated_tokens"] = row["ada_tokens_generated"]
+    elif "rollout/response_length_mean" in row and "rollout/num_samples" in row:
+        row["generated_tokens"] = row["rollout/response_length_mean"] * row["rollout/num_samples"]
+    row["samples_per_prompt"] = row.get("ada_samples_per_prompt_mean", float(n))
+    for ours, key in (("eta", "ada_eta"), ("resolved_share", "ada_resolved_share")):
+        if key in row:
+            row[ours] = row[key]
+    if "ada_nonzero_adv_group_share" in row:
+        row["zero_adv_group_share"] = 1.0 - row["ada_nonzero_adv_group_share"]
+    return row
 
 
 class _AdaPPOTrainer(AdaTrainerMixin, PPOTrainer.__ray_actor_class__):
