@@ -30,34 +30,13 @@ reasoning-gym is imported on the first call (about 2 s), not when the file is lo
 from __future__ import annotations
 
 import math
-import os
 import re
 import threading
 import unicodedata
 
+# OpenRLHF loads this file by path; the package must be importable there (installed, or Ray py_modules).
+from openrlhf_ada.rewards import _common
 
-def _load_common():
-    """``openrlhf_ada.rewards._common`` when the package is installed, else the ``_common.py`` next to this file."""
-    try:
-        from openrlhf_ada.rewards import _common
-
-        return _common
-    except ImportError:
-        import importlib.util
-        import sys
-
-        name = "openrlhf_ada_rewards_common"
-        if name in sys.modules:
-            return sys.modules[name]
-        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_common.py")
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # dataclasses resolve annotations through sys.modules
-        spec.loader.exec_module(module)
-        return module
-
-
-_common = _load_common()
 Outcome = _common.Outcome
 
 TASK = "gym"
