@@ -3,10 +3,13 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: env test test-fast lint clean-env
+.PHONY: env demo test test-fast lint bench clean-env
 
 env:
 	@bash scripts/setup_env.sh
+
+demo: env
+	$(PY) -m openrlhf_ada.cli.demo
 
 test: env
 	$(PY) -m pytest tests -q
@@ -16,6 +19,11 @@ test-fast: env
 
 lint: env
 	$(PY) -m ruff check openrlhf_ada tests
+
+bench: env
+	$(PY) benchmarks/sampling_efficiency.py
+	$(PY) benchmarks/advantage_overhead.py
+	$(PY) benchmarks/rollout_wallclock.py
 
 clean-env:
 	rm -rf $(VENV)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import List, Optional
 
 
@@ -20,12 +20,10 @@ from typing import List, Optional
 class DataReport:
     path: str
     rows: int = 0
-    too_long: List[int] = field(default_factory=list)  # 0-based row numbers skipped
     duplicates: int = 0
 
     def summary(self) -> str:
-        return (f"{self.path}: {self.rows} rows; {len(self.too_long)} skipped as longer than the prompt budget; "
-                f"{self.duplicates} duplicate prompts (kept)")
+        return f"{self.path}: {self.rows} rows; {self.duplicates} duplicate prompts (kept)"
 
 
 def check_prompt_file(path: str, input_key: str, label_key: Optional[str]) -> DataReport:

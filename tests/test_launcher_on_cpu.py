@@ -58,6 +58,8 @@ def test_upstream_flags_pass_through_and_upstream_checks_still_run():
         (["--ada.mode", "both"], ["--ada.mode", "invalid choice", "'both'"]),
         (["--adora.variant", "text"], ["--adora.variant", "invalid choice"]),
         (["--ada.bogus", "1"], ["unrecognized arguments", "--ada.bogus"]),
+        (["--fault.max_failed_share", "1.5"], ["--fault.max_failed_share=1.5", "0 to 1"]),
+        (["--fault.reward_timeout", "0"], ["--fault.reward_timeout=0"]),
     ],
 )
 def test_misuse_fails_with_a_clear_message(extra, words, capsys):
