@@ -19,7 +19,8 @@ Writes into ``--out`` (default ``docs/compare``):
 Rows may use the standard keys of ``metrics_log`` or the names upstream's logging gives the same quantities
 (``rollout/reward_mean``, ``ada_eta``, ``ada/eta``, ``ada_samples_per_prompt_mean``, ``ada_resolved_share``, a
 ``train/`` prefix from wandb, ...); see ``ALIASES``. A run without ``generated_tokens_total`` gets the running sum
-of ``generated_tokens``; ``zero_adv_group_share`` can come from ``1 - ada_nonzero_adv_group_share``.
+of ``generated_tokens``, which upstream-only rows give as ``rollout/response_length_mean x rollout/num_samples``
+(as the cluster trainer computes it); ``zero_adv_group_share`` can come from ``1 - ada_nonzero_adv_group_share``.
 """
 
 from __future__ import annotations
@@ -133,6 +134,11 @@ def standardize(raw_rows: Sequence[dict], where: str) -> List[dict]:
                 if raw.get(name) is not None:
                     row[key] = _number(raw[name], f"{where}, step {row['step']}, {name!r}")
                     break
+        if row.get("generated_tokens") is None:  # upstream only: the trained samples are all that was generated
+            length, count = (_number(raw.get(k), f"{where}, step {row['step']}, {k!r}")
+                             for k in ("rollout/response_length_mean", "rollout/num_samples"))
+            if length is not None and count is not None:
+                row["generated_tokens"] = length * count
         for key, names in COMPLEMENTS.items():
             if row.get(key) is None:
                 for name in names:

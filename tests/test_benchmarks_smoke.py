@@ -1,0 +1,185 @@
+"""The benchmarks' core functions on tiny sizes: fields, hand-derived values, consistency with the project's metrics.
+No timing assertions (performance claims live in docs/benchmarks.md, measured by the scripts themselves)."""
+
+import importlib.util
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool, make_rng, step_metrics
+
+BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+
+
+def load(name):
+    """benchmarks/ is not a package: import a script by path (registered, as dataclasses need its module)."""
+    module_name = f"_benchmarks_{name}"
+    if module_name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(module_name, os.path.join(BENCHMARKS, f"{name}.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[module_name]
+
+
+@pytest.fixture(scope="module")
+def se():
+    return load("sampling_efficiency")
+
+
+ROW_FIELDS = {"mix", "method", "family", "samples_per_prompt", "prompts_per_slot", "coverage", "eta",
+              "resolved_share", "rounds_mean", "slots", "samples"}
+
+
+def by_method(rows):
+    return {r["method"]: r for r in rows}
+
+
+def test_hopeless_prompts_give_no_signal_for_any_method(se):
+    """Pass rates 0 and 1 only: no group can hold both classes, so coverage and eta are 0 for every method."""
+    cap = 3
+    rows = se.run_benchmark(prompts=20, seeds=(0,), mixes={"zero_one": [0.0, 1.0]}, cap=cap)
+    assert len(rows) == len(se.NAMED)
+    for r in rows:
+        assert ROW_FIELDS <= set(r), r["method"]
+        assert r["coverage"] == 0.0 and r["eta"] == 0.0, r["method"]
+    rows = by_method(rows)
+    # GRPO spends exactly n per prompt
+    for n in (4, 8, 16):
+        assert rows[f"GRPO n={n}"]["samples_per_prompt"] == n
+        assert rows[f"GRPO n={n}"]["prompts_per_slot"] == 1
+    # balance (2 + 2 needed): never resolved, all 4 rounds of 8 -> 32 samples per prompt, kept
+    authors_balance = rows[se.AUTHORS["balance"].label]
+    assert authors_balance["samples_per_prompt"] == 32 and authors_balance["resolved_share"] == 0.0
+    # pos: p = 1 prompts resolve after round 1 (8 samples), p = 0 prompts use 32 -> 20 on average
+    authors_pos = rows[se.AUTHORS["pos"].label]
+    assert authors_pos["samples_per_prompt"] == 20 and authors_pos["resolved_share"] == 0.5
+    # DAPO filters every group and refills until cap x prompts were drawn, 8 samples each
+    dapo = rows["DAPO n=8 (filter + refill)"]
+    assert dapo["prompts_per_slot"] == cap and dapo["samples_per_prompt"] == 8 * cap
+    # the oracles skip every prompt (hopeless) at no cost
+    for name in ("oracle-batch (knows p)", "oracle-seq (knows p, stops on outcomes)"):
+        assert rows[name]["samples_per_prompt"] == 0 and rows[name]["prompts_per_slot"] == cap
+
+
+def test_grpo_eta_equals_coverage_and_half_pass_rate_by_hand(se):
+    """p = 1/2: a GRPO group of n lacks a class with probability 2 / 2^n; with every group fully trained, eta =
+    coverage. Statistical check on 4000 prompts (a few standard errors)."""
+    rows = by_method(se.run_benchmark(prompts=4000, seeds=(1,), mixes={"half": [0.5]}, cap=1,
+                                      methods=[m for m in se.NAMED if m.family == "grpo"]))
+    for n in (4, 8, 16):
+        r = rows[f"GRPO n={n}"]
+        assert r["eta"] == r["coverage"]
+        assert r["coverage"] == pytest.approx(1 - 2 / 2**n, abs=4 * math.sqrt(2 / 2**n / 4000) + 1e-9)
+
+
+def test_oracle_draws(se):
+    assert se.oracle_batch_draws(0.5) == 5  # 1 - 2 / 2^4 = 0.875 < 0.9 <= 1 - 2 / 2^5
+    assert se.oracle_batch_draws(0.01) == se.ORACLE_BUDGET
+    assert se.oracle_seq_draws([1, 1, 1, 1, 1, 0, 1]) == 6  # the 6th sample brings the second class
+    assert se.oracle_seq_draws([1, 0, 1, 1, 1]) == 4  # both classes early: still n samples
+    assert se.oracle_seq_draws([0.0] * 40) == se.ORACLE_BUDGET
+
+
+def test_ada_eta_matches_the_projects_step_metrics(se):
+    """The benchmark's eta for a keep-mode setting equals `ada/eta` of step_metrics when every sample is one token,
+    on the same outcome streams (PromptPool driven round by round here)."""
+    prompts = 60
+    u = se.Universe(np.random.default_rng(3).uniform(0, 1, prompts), seed=3)
+    for method in (se.AUTHORS["balance"], se.AUTHORS["pos"], se.ada("balance", 4, 4, 8)):
+        agg = method.run(u, prompts, cap=1)
+        row = se._row("m", method, agg)
+        config = AdaConfig(n=4, mode=method.mode, round_size=method.round, first_round_size=method.first,
+                           max_rounds=method.rounds)
+        pools = []
+        for p in range(prompts):
+            pool, pos = PromptPool(config, rng=make_rng(0, p)), 0
+            while not pool.done:
+                size = pool.next_round_size()
+                chunk = u.streams[p][pos: pos + size]
+                pool.add_round(chunk, chunk, lengths=[1] * size)
+                pos += size
+            pools.append(pool)
+        metrics = step_metrics(pools, method.rounds)
+        assert row["eta"] == pytest.approx(metrics["ada/eta"])
+        assert row["samples_per_prompt"] == pytest.approx(metrics["ada/samples_per_prompt_mean"])
+        assert row["resolved_share"] == pytest.approx(metrics["ada/resolved_share"])
+        assert row["coverage"] == pytest.approx(metrics["ada/nonzero_adv_group_share"])  # keep mode: every slot trained
+
+
+def test_report_names_winners_and_grid_is_valid(se):
+    rows = se.run_benchmark(prompts=200, seeds=(0,), mixes={"uniform": "uniform"})
+    grid = [m for m in se.grid() if m.label not in {x.label for x in se.NAMED}]
+    assert len(grid) > 50
+    grid_rows = se.run_benchmark(prompts=200, seeds=(0,), mixes={"uniform": "uniform"}, methods=grid[:12])
+    text = se.report(rows, grid_rows, ["uniform"])
+    assert "### uniform" in text and "Beating the authors' balance" in text and "In every mix" in text
+    ref = se.reference_row(rows, "uniform", "balance")
+    for r in se.winners(rows + grid_rows, "balance")["uniform"]:
+        assert r["eta"] >= se.ETA_MARGIN * ref["eta"] and r["coverage"] >= ref["coverage"]
+
+
+def test_update_section_replaces_only_its_own_block(se, tmp_path):
+    path = tmp_path / "benchmarks.md"
+    se.update_section(str(path), "a", "first A")
+    se.update_section(str(path), "b", "only B")
+    se.update_section(str(path), "a", "second A")
+    text = path.read_text()
+    assert "second A" in text and "first A" not in text and "only B" in text
+    assert text.count("<!-- BEGIN a -->") == 1 and text.count("<!-- END b -->") == 1
+
+
+def test_advantage_overhead_core_runs_on_a_tiny_batch():
+    ao = load("advantage_overhead")
+    rows = ao.run_overhead(prompts=4, samples=(2, 4), max_tokens=16, estimators=("group_norm", "dr_grpo"), reps=2,
+                           micro_batch_size=4, log=lambda m: None)
+    assert [(r["samples_per_prompt"], r["estimator"]) for r in rows] == [
+        (2, "group_norm"), (2, "dr_grpo"), (4, "group_norm"), (4, "dr_grpo")]
+    for r in rows:
+        for key in ("ratio_median", "cpu_ratio_median", "control_ratio_median", "upstream_median_s", "ours_median_s"):
+            assert math.isfinite(r[key]) and r[key] > 0, key
+        assert r["micro_batches"] == r["prompts"] * r["samples_per_prompt"] // 4
+    assert "| group_norm | 4 x 2 x 16 |" in ao.markdown_table(rows)
+    split = ao.profile_split(prompts=4, n=2, max_tokens=16, estimator="dr_grpo", micro_batch_size=4)
+    for who in ("ours", "upstream"):
+        assert 0 < split[f"{who}_own_s"] <= split[f"{who}_total_s"]
+        assert 0 < split[f"{who}_shared_loop_s"] <= split[f"{who}_total_s"]
+
+
+def test_advantage_overhead_measures_the_adora_and_pool_path():
+    """The timed `ours` call really takes the ADORA + pool-baseline path on the benchmark's Experiences."""
+    ao = load("advantage_overhead")
+    from openrlhf_ada.trainer.ppo_utils.experience_maker import AdaExperienceMaker
+
+    batch = ao.Batch(prompts=3, n=4, max_tokens=8, micro_batch_size=4)
+    maker = ao.make_maker(AdaExperienceMaker, ao.make_args("dr_grpo", 4, 4, ours=True))
+    assert maker.uses_pool_baseline and maker.adora_active
+    out = maker.compute_advantages_and_returns(batch.experiences())
+    assert all("adora_weight" in e.info and e.advantages.shape == e.action_mask.shape for e in out)
+    assert sum(len(e.index) for e in out) == 12
+
+
+@pytest.mark.parametrize(
+    "script,args,expect",
+    [
+        ("sampling_efficiency.py", ["--prompts", "20", "--seeds", "0", "--mixes", "paper_hard", "--no-grid"],
+         "### paper_hard"),
+        ("advantage_overhead.py", ["--prompts", "2", "--samples", "2", "--tokens", "8", "--reps", "1"],
+         "| group_norm | 2 x 2 x 8 |"),
+    ],
+)
+def test_scripts_run_in_a_fresh_interpreter(tmp_path, script, args, expect):
+    """As a user runs them (nothing imported beforehand, unlike under pytest's conftest), writing a docs section."""
+    docs = tmp_path / "benchmarks.md"
+    proc = subprocess.run([sys.executable, os.path.join(BENCHMARKS, script), *args, "--docs", str(docs)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert expect in proc.stdout
+    text = docs.read_text()
+    section = script[:-3]
+    assert f"<!-- BEGIN {section} -->" in text and f"<!-- END {section} -->" in text
+    assert "Machine: `" in text and "CPUs" in text and "Date: " in text and f"benchmarks/{script}" in text
