@@ -83,12 +83,12 @@ def engines(ray_local, tiny_llama_path, reward_file):
         ray.kill(engine)
 
 
-def make_generator(engines, model, patterns, *flags, n=4):
+def make_generator(engines, model, patterns, *flags, n=4, batch=None):
     run = uuid.uuid4().hex[:8]
     labels = [f"{run}-{i}|{p}" for i, p in enumerate(patterns)]
     args = parse_args([
         "--actor.model_name_or_path", "m", "--reward.remote_url", "scripted.py", "--algo.advantage.estimator",
-        "dr_grpo", "--rollout.n_samples_per_prompt", str(n), "--rollout.batch_size", str(len(patterns)),
+        "dr_grpo", "--rollout.n_samples_per_prompt", str(n), "--rollout.batch_size", str(batch or len(patterns)),
         "--actor.num_gpus_per_node", "1", *flags,
     ])
     loader = [([i], [f"prompt {i}"], [lab], [None]) for i, lab in enumerate(labels)]
@@ -133,11 +133,12 @@ def test_too_many_failures_stop_the_run_with_the_reward_file_and_an_input(engine
 
 
 def test_failed_samples_without_reinforce_ada(engines, tiny_llama_path):
-    # upstream's fixed-n path: a group holding a failed sample is not trained on, and is counted
-    gen, labels = make_generator(engines[:1], tiny_llama_path, ["1,0,none,1", "1,0,1,0"])
-    samples, *_ = gen.generate_samples(**GEN)
-    assert [e.labels[0] for e in samples] == [labels[1]] * 4
-    assert gen.last_metrics["fault/groups_dropped"] == 1 and gen.last_metrics["fault/failed_no_rewards"] == 1
+    # fixed n (no --ada.enable): a prompt whose group holds a failed sample is replaced by the next prompt
+    gen, labels = make_generator(engines[:1], tiny_llama_path, ["1,0,none,1", "1,0,1,0", "0,0,1,1"], batch=2)
+    samples, _, consumed, _ = gen.generate_samples(**GEN)
+    assert [e.labels[0] for e in samples] == [labels[1]] * 4 + [labels[2]] * 4 and consumed == 3
+    assert gen.last_metrics["ada/failed_prompts"] == 1 and gen.last_metrics["fault/failed_no_rewards"] == 1
+    assert "ada/resolved_share" not in gen.last_metrics  # round statistics mean nothing for fixed n
 
 
 def test_engine_killed_mid_round_work_moves_to_the_survivor(ray_local, tiny_llama_path, reward_file):

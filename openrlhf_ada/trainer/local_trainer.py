@@ -264,18 +264,19 @@ class LocalTrainer:
         scores = torch.tensor([float((s.scores if s.scores is not None else s.rewards).reshape(-1)[0]) for s in samples])
         lengths = torch.tensor([float(s.response_length.reshape(-1)[0]) for s in samples])
         signal_groups = group_signal(samples, n)
-        ada = self.generator.last_metrics if self.generator.ada is not None else {}
-        if self.generator.ada is not None:
-            generated, per_prompt, eta = ada["ada/tokens_generated"], ada["ada/samples_per_prompt_mean"], ada["ada/eta"]
+        gen = self.generator.last_metrics if self.generator.rounds is not None else {}  # n = 1: upstream's path
+        generated = gen.get("ada/tokens_generated", lengths.sum().item())
+        per_prompt = gen.get("ada/samples_per_prompt_mean", float(n))
+        if "ada/eta" in gen:
+            eta = gen["ada/eta"]
         else:
-            generated = lengths.sum().item()
-            per_prompt = float(n)
             useful = sum(lengths[i * n : (i + 1) * n].sum().item() for i, s in enumerate(signal_groups) if s)
             eta = useful / generated if generated else 0.0
         self.generated_tokens_total += generated
         metrics = {
-            "reward_mean": rewards.mean().item(),
-            "pass_rate": (scores > threshold).float().mean().item(),
+            "reward_mean": gen.get("ada/reward_mean_generated", rewards.mean().item()),
+            "pass_rate": gen.get("ada/pass_rate_generated", (scores > threshold).float().mean().item()),
+            "trained_reward_mean": rewards.mean().item(),
             "generated_tokens": generated,
             "generated_tokens_total": self.generated_tokens_total,
             "samples_per_prompt": per_prompt,
@@ -287,12 +288,12 @@ class LocalTrainer:
             "timing/train": t_train,
         }
         metrics.update(train_stats)
-        metrics.update(self.generator.last_metrics)
+        metrics.update(gen)
         adora_keys = [k for k in experiences[0].info if k.startswith("adora_")]
         for key in adora_keys:
             metrics[key.replace("adora_", "adora/", 1)] = torch.cat([e.info[key] for e in experiences]).mean().item()
-        if "ada/resolved_share" in ada:
-            metrics["resolved_share"] = ada["ada/resolved_share"]
+        if "ada/resolved_share" in gen:
+            metrics["resolved_share"] = gen["ada/resolved_share"]
         return metrics
 
     # ------------------------------------------------------------------------------------------------------------

@@ -54,7 +54,9 @@ def standard_metrics(status: dict, n: int) -> dict:
     """A step's upstream status dict (numbers kept) plus the standard keys of openrlhf_ada.utils.metrics_log."""
     row = {k: float(v) for k, v in status.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     if "rollout/reward_mean" in row:
-        row["reward_mean"] = row["rollout/reward_mean"]
+        row["trained_reward_mean"] = row["reward_mean"] = row["rollout/reward_mean"]
+    if "ada_reward_mean_generated" in row:  # with Reinforce-Ada: every generated sample, not the balanced group
+        row["reward_mean"] = row["ada_reward_mean_generated"]
     if "ada_tokens_generated" in row:
         row["generated_tokens"] = row["ada_tokens_generated"]
     elif "rollout/response_length_mean" in row and "rollout/num_samples" in row:

@@ -3,8 +3,9 @@
 Both trainers write this file (`<run dir>/metrics.jsonl`): the single-machine trainer directly, the cluster launcher
 through its logging hook. `openrlhf_ada.cli.compare` reads it. The keys every run writes, whatever the algorithm:
 
-    reward_mean            mean reward of the trained samples
-    pass_rate              share of trained samples whose score is above the positive threshold
+    reward_mean            mean reward of all samples generated this step (with Reinforce-Ada the trained group is
+                           chosen for balance, so its own mean says little about the policy: trained_reward_mean)
+    pass_rate              share of generated samples whose score is above the positive threshold
     generated_tokens       tokens generated this step (all rounds, dropped prompts included)
     generated_tokens_total the same, summed over the run so far
     samples_per_prompt     samples generated per prompt this step (n for GRPO)

@@ -16,6 +16,9 @@ outcome and the kept group. This class only moves data:
   when it runs out, every group already accepted is returned;
 - exactly n samples per accepted prompt, contiguous, in the order the prompts were drawn; each sample's `info`
   carries the pool statistics (for the pool baseline) and the step's Reinforce-Ada metrics (for logging).
+
+Without --ada.enable, training generation runs through the same loop as one round of n samples per prompt
+(`fixed_n_config`): the groups are upstream's, and failed rewards, dead engines and metrics are handled alike.
 """
 
 from __future__ import annotations
@@ -31,11 +34,25 @@ from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator, _coll
 from openrlhf.utils.logging_utils import init_logger
 from tqdm import tqdm
 
-from openrlhf_ada.algorithms.reinforce_ada import PromptPool, make_rng, step_metrics
+from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool, make_rng, step_metrics
 from openrlhf_ada.args import ada_config, fault_config
 from openrlhf_ada.trainer.ray.reward_guard import FAIL_NAMES
 
 logger = init_logger(__name__)
+
+
+FIXED_N_METRICS = {
+    "ada/prompts", "ada/samples_generated", "ada/tokens_generated", "ada/samples_per_prompt_mean",
+    "ada/samples_per_prompt_max", "ada/failed_prompts", "ada/failed_samples", "ada/nonzero_adv_group_share",
+    "ada/eta", "ada/reward_mean_generated", "ada/pass_rate_generated", "ada/dynamic_filtered",
+    "ada/prompts_consumed", "ada/generation_seconds",
+}
+
+
+def fixed_n_config(n: int, seed: int) -> AdaConfig:
+    """Plain GRPO-style sampling as a PromptPool schedule: one round of n, every group kept as it is."""
+    return AdaConfig(n=n, enable=False, mode="pos", round_size=n, max_rounds=1, unresolved="keep",
+                     selection="first", baseline="group", seed=seed)
 
 
 @dataclass
@@ -93,6 +110,10 @@ class AdaSamplesGenerator(SamplesGenerator):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.ada = ada_config(self.args) if self.args.ada.enable else None
+        # Without Reinforce-Ada, training generation is one round of n per prompt through the same machinery, so
+        # failed rewards, dead engines, metrics and ordering are handled alike (n = 1 stays upstream's path).
+        n = self.args.rollout.n_samples_per_prompt
+        self.rounds = self.ada or (fixed_n_config(n, seed=getattr(self.args.train, "seed", 42)) if n >= 2 else None)
         self.fault = fault_config(self.args)
         self._in_eval = False
         self._step = 0  # counts training generation calls; keys the per-prompt random generators
@@ -120,29 +141,9 @@ class AdaSamplesGenerator(SamplesGenerator):
     def _generate_vllm(
         self, dataloader_iter, num_prompts: int, dynamic_filtering, **generate_kwargs
     ) -> Tuple[List[Experience], int, bool]:
-        if self._in_eval:
+        if self._in_eval or self.rounds is None:
             return super()._generate_vllm(dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs)
-        if self.ada is None:
-            return self._generate_fixed(dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs)
-        return self._generate_adaptive(dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs)
-
-    def _generate_fixed(self, dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs):
-        """Upstream's fixed-n generation, minus any group holding a sample without a usable reward (upstream would
-        train on it or crash), with the same failure accounting and stop rule as the adaptive path."""
-        experiences, consumed, exhausted = super()._generate_vllm(
-            dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs
-        )
-        n = generate_kwargs.get("n_samples_per_prompt", self.args.rollout.n_samples_per_prompt)
-        failures = _FailureLog()
-        failures.record(experiences)
-        kept = []
-        for i in range(0, len(experiences), n):
-            group = experiences[i : i + n]
-            if all(e.rewards is not None and torch.isfinite(e.rewards).all() for e in group):
-                kept.extend(group)
-        failures.check(self.fault.max_failed_share, self.args.reward.remote_url, self.tokenizer)
-        self.last_metrics = {**failures.metrics(), "fault/groups_dropped": (len(experiences) - len(kept)) / n}
-        return kept, consumed, exhausted
+        return self._generate_rounds(dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs)
 
     # -- faults ---------------------------------------------------------------------------------------------------
     def _drop_dead_engines(self, error) -> None:
@@ -172,8 +173,8 @@ class AdaSamplesGenerator(SamplesGenerator):
             )
 
     # -----------------------------------------------------------------------------------------------------------
-    def _generate_adaptive(self, dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs):
-        ada = self.ada
+    def _generate_rounds(self, dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs):
+        ada = self.rounds
         self._step += 1
         step_seed = (ada.seed, self._step)
         generate_kwargs = {k: v for k, v in generate_kwargs.items() if k != "n_samples_per_prompt"}
@@ -235,7 +236,7 @@ class AdaSamplesGenerator(SamplesGenerator):
         active = draw(num_prompts)
         if not active:
             return [], 0, True
-        pbar = tqdm(total=num_prompts, desc="Generate samples (Reinforce-Ada)")
+        pbar = tqdm(total=num_prompts, desc="Generate samples (Reinforce-Ada)" if self.ada else "Generate samples")
         waiting_round: List[_Prompt] = []  # sync schedule: prompts whose next round waits for the barrier
         dispatch(active)
         failures = _FailureLog()
@@ -290,6 +291,8 @@ class AdaSamplesGenerator(SamplesGenerator):
         metrics["ada/dynamic_filtered"] = float(filtered)
         metrics["ada/prompts_consumed"] = float(prompts_consumed)
         metrics["ada/generation_seconds"] = time.time() - started
+        if self.ada is None:  # fixed n: round and resolution counts say nothing
+            metrics = {k: v for k, v in metrics.items() if k in FIXED_N_METRICS or k.startswith("fault/")}
         self.last_metrics = metrics
 
         out: List[Experience] = []
@@ -308,7 +311,7 @@ class AdaSamplesGenerator(SamplesGenerator):
                     e.info[key.replace("/", "_")] = torch.tensor([float(value)])
             out.extend(kept)
         logger.info(
-            f"Reinforce-Ada step {self._step}: {len(accepted)} groups from {prompts_consumed} prompts, "
+            f"{'Reinforce-Ada' if self.ada else 'Fixed-n'} step {self._step}: {len(accepted)} groups from {prompts_consumed} prompts, "
             f"{int(metrics.get('ada/samples_generated', 0))} samples, eta={metrics.get('ada/eta', 0):.3f}"
         )
         return out, prompts_consumed, exhausted
