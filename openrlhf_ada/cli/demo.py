@@ -55,9 +55,9 @@ def plot(metrics_path: str, png: str, title: str) -> None:
     steps = [r["step"] for r in rows]
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
     for ax, key, label in zip(axes, ("reward_mean", "pass_rate", "eta"),
-                              ("mean reward of trained samples", "pass rate (score > 0.5)",
+                              ("mean reward of generated samples", "pass rate of generated samples",
                                "sampling efficiency eta")):
-        ax.plot(steps, [r.get(key) for r in rows], marker="o", markersize=3)
+        ax.plot(steps, [r.get(key) for r in rows], marker="o", markersize=3, label=label)
         ax.set_xlabel("training step")
         ax.set_ylabel(label)
         ax.set_title(label)
@@ -95,7 +95,7 @@ def main(argv=None) -> int:
     run(parse_local_args(argv))
     png = os.path.join(args.out, "demo.png")
     plot(os.path.join(args.out, "metrics.jsonl"), png,
-         "SmolLM2-135M on chain_sum, GRPO + ADORA + Reinforce-Ada-balance (CPU)")
+         "SmolLM2-135M-Instruct on chain_sum (one digit), GRPO + ADORA + Reinforce-Ada-balance, 2 CPU cores")
     from openrlhf_ada.utils.metrics_log import read_metrics
 
     rows = read_metrics(args.out)
