@@ -45,7 +45,7 @@ def train(task, tiny_llama_path, out, *flags, steps=14, engine="hf"):
         "--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt", "8",
         "--rollout.batch_size", "8", "--rollout.max_new_tokens", "3", "--actor.adam.lr", "1e-2",
         "--local.engine", engine, "--local.max_steps", str(steps), "--local.output_dir", str(out),
-        "--ckpt.save_steps", "-1", *flags,
+        "--ckpt.save_steps", "-1", "--data.max_len", "64", *flags,
     ]
     run(parse_local_args(argv))
     return [row["reward_mean"] for row in read_metrics(str(out))]
@@ -54,7 +54,7 @@ def train(task, tiny_llama_path, out, *flags, steps=14, engine="hf"):
 @pytest.mark.parametrize(
     "name,flags",
     [
-        ("grpo", []),
+        ("grpo", ["--local.engine", "vllm", "--local.gpu_memory_utilization", "0.1"]),  # the vLLM engine path
         ("grpo_adora", ["--adora.enable"]),
         ("grpo_reinforce_ada", ["--ada.enable", "--ada.baseline", "group", "--rollout.n_samples_per_prompt", "4",
                                 "--ada.round_size", "4", "--ada.max_rounds", "3"]),

@@ -66,7 +66,7 @@ BETTER = {
     "resolved_share": max,
 }
 LABELS = {
-    "reward_mean": "mean reward (trained samples)",
+    "reward_mean": "mean reward (generated samples)",
     "pass_rate": "pass rate",
     "generated_tokens": "generated tokens per step",
     "generated_tokens_total": "generated tokens (cumulative)",

