@@ -17,7 +17,7 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   fi
   exit 0
 fi
-echo "[setup_env] building $VENV (once; about 10 minutes on 2 cores)"
+echo "[setup_env] building $VENV (once; a few minutes on 2 cores)"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 pip="$VENV/bin/python -m pip --disable-pip-version-check"
 cons=$(mktemp); trap 'rm -f "$cons"' EXIT
