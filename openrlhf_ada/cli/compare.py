@@ -169,25 +169,6 @@ def _default_name(source: str) -> str:
     return os.path.basename(path)
 
 
-def _first_bad_line(path: str) -> str:
-    import json
-
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                return f"line {number}: not JSON ({e.msg})"
-            if not isinstance(row, dict):
-                return f"line {number}: a JSON {type(row).__name__}, expected an object"
-            step = row.get("step")
-            if isinstance(step, bool) or not isinstance(step, (int, float)):
-                return f"line {number}: no numeric 'step' (got {step!r})"
-    return "unreadable row"
-
-
 def read_local(source: str) -> List[dict]:
     path = source
     if os.path.isdir(path):
@@ -198,13 +179,9 @@ def read_local(source: str) -> List[dict]:
     elif not os.path.isfile(path):
         raise CompareError(f"{source}: no such file or folder")
     try:
-        raw = read_metrics(path)
+        raw = read_metrics(path)  # its errors name the file and the line
     except ValueError as e:
-        if str(path) in str(e):  # read_metrics' own message names the file and line
-            raise CompareError(str(e)) from None
-        raise CompareError(f"{path}: malformed row, {_first_bad_line(path)}") from None
-    except (KeyError, TypeError, AttributeError):
-        raise CompareError(f"{path}: malformed row, {_first_bad_line(path)}") from None
+        raise CompareError(str(e)) from None
     if not raw:
         raise CompareError(f"{path}: no rows (an empty metrics file; did the run log a step?)")
     return standardize(raw, path)

@@ -76,6 +76,13 @@ def _lines(path: str) -> Iterator[dict]:
             if not line:
                 continue
             try:
-                yield json.loads(line)
+                row = json.loads(line)
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path}:{number}: not a JSON line ({e.msg}); was the run interrupted mid-write?") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}:{number}: malformed row, line {number}: a JSON {type(row).__name__}, "
+                                 "expected an object")
+            step = row.get("step")
+            if isinstance(step, bool) or not isinstance(step, (int, float)):
+                raise ValueError(f"{path}:{number}: malformed row, line {number}: no numeric 'step' (got {step!r})")
+            yield row
