@@ -334,7 +334,11 @@ class LocalTrainer:
         with open(os.path.join(path, "trainer_state.json")) as f:
             state = json.load(f)
         weights = load_file(os.path.join(path, "model", "model.safetensors"))
-        self.policy.load_state_dict(weights, strict=False)
+        missing, unexpected = self.policy.load_state_dict(weights, strict=False)
+        tied = {"lm_head.weight"} if getattr(self.policy.config, "tie_word_embeddings", False) else set()
+        if unexpected or set(missing) - tied:  # save_pretrained stores tied weights once; nothing else may differ
+            raise RuntimeError(f"checkpoint {path} does not match the model: missing {sorted(set(missing) - tied)}, "
+                               f"unexpected {sorted(unexpected)}; was it written for another --actor.model_name_or_path?")
         self.optimizer.load_state_dict(torch.load(os.path.join(path, "optimizer.pt"), weights_only=False))
         self.global_step = state["global_step"]
         self.generated_tokens_total = state["generated_tokens_total"]
