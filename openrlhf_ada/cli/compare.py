@@ -18,7 +18,7 @@ Writes into ``--out`` (default ``docs/compare``):
 
 Rows may use the standard keys of ``metrics_log`` or the names upstream's logging gives the same quantities
 (``rollout/reward_mean``, ``ada_eta``, ``ada/eta``, ``ada_samples_per_prompt_mean``, ``ada_resolved_share``, a
-``train/`` prefix from wandb, ...); see ``ALIASES``. A run without ``generated_tokens_total`` gets the running sum
+``train/`` prefix from wandb, ...); see ``openrlhf_ada.utils.metrics_log.ALIASES``. A run without ``generated_tokens_total`` gets the running sum
 of ``generated_tokens``, which upstream-only rows give as ``rollout/response_length_mean x rollout/num_samples``
 (as the cluster trainer computes it); ``zero_adv_group_share`` can come from ``1 - ada_nonzero_adv_group_share``.
 """
@@ -26,7 +26,6 @@ of ``generated_tokens``, which upstream-only rows give as ``rollout/response_len
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import socket
 import sys
@@ -34,25 +33,10 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 from urllib.parse import urlparse
 
-from openrlhf_ada.utils.metrics_log import STANDARD_KEYS, read_metrics
+from openrlhf_ada.utils.metrics_log import STANDARD_KEYS, read_metrics, standardize
 
 PROG = "python -m openrlhf_ada.cli.compare"
 
-# Every key the comparison knows, with the names other writers use for it (first match wins, standard name first).
-ALIASES: Dict[str, Tuple[str, ...]] = {
-    "reward_mean": ("reward_mean", "rollout/reward_mean", "rollout_reward_mean", "reward"),
-    "pass_rate": ("pass_rate", "rollout/pass_rate", "ada_pass_rate", "ada/pass_rate"),
-    "generated_tokens": ("generated_tokens", "ada_tokens_generated", "ada/tokens_generated"),
-    "generated_tokens_total": ("generated_tokens_total", "ada_tokens_generated_total", "ada/tokens_generated_total"),
-    "samples_per_prompt": ("samples_per_prompt", "ada_samples_per_prompt_mean", "ada/samples_per_prompt_mean"),
-    "zero_adv_group_share": ("zero_adv_group_share", "ada_zero_adv_group_share", "ada/zero_adv_group_share"),
-    "eta": ("eta", "ada_eta", "ada/eta"),
-    "resolved_share": ("resolved_share", "ada_resolved_share", "ada/resolved_share"),
-}
-# Keys whose complement gives a standard key.
-COMPLEMENTS: Dict[str, Tuple[str, ...]] = {
-    "zero_adv_group_share": ("nonzero_adv_group_share", "ada_nonzero_adv_group_share", "ada/nonzero_adv_group_share"),
-}
 METRICS = tuple(STANDARD_KEYS) + ("resolved_share",)
 # "best" = the max or the min over steps; None: no meaningful best (a running total).
 BETTER = {
@@ -110,53 +94,11 @@ class Run:
 
 
 # -- reading ---------------------------------------------------------------------------------------------------------
-def _number(value, where: str) -> Optional[float]:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise CompareError(f"{where}: expected a number or null, got {value!r}")
-    value = float(value)
-    return value if math.isfinite(value) else None
-
-
-def standardize(raw_rows: Sequence[dict], where: str) -> List[dict]:
-    """Map rows with any known key names to the standard keys (see ALIASES, COMPLEMENTS); fill
-    generated_tokens_total with the running sum of generated_tokens when a run does not log it."""
-    rows = []
-    for raw in raw_rows:
-        raw = {(k[len("train/"):] if k.startswith("train/") else k): v for k, v in raw.items()}
-        step = raw.get("step", raw.get("global_step"))
-        if step is None or isinstance(step, bool) or not isinstance(step, (int, float)):
-            raise CompareError(f"{where}: a row has no numeric 'step': {str(raw)[:200]}")
-        row = {"step": int(step)}
-        for key, names in ALIASES.items():
-            for name in names:
-                if raw.get(name) is not None:
-                    row[key] = _number(raw[name], f"{where}, step {row['step']}, {name!r}")
-                    break
-        if row.get("generated_tokens") is None:  # upstream only: the trained samples are all that was generated
-            length, count = (_number(raw.get(k), f"{where}, step {row['step']}, {k!r}")
-                             for k in ("rollout/response_length_mean", "rollout/num_samples"))
-            if length is not None and count is not None:
-                row["generated_tokens"] = length * count
-        for key, names in COMPLEMENTS.items():
-            if row.get(key) is None:
-                for name in names:
-                    value = _number(raw.get(name), f"{where}, step {row['step']}, {name!r}")
-                    if value is not None:
-                        row[key] = 1.0 - value
-                        break
-        rows.append(row)
-    rows.sort(key=lambda r: r["step"])
-    if rows and not any(r.get("generated_tokens_total") is not None for r in rows):
-        total, any_tokens = 0.0, False
-        for r in rows:
-            if r.get("generated_tokens") is not None:
-                total += r["generated_tokens"]
-                any_tokens = True
-            if any_tokens:
-                r["generated_tokens_total"] = total
-    return rows
+def _standardize(raw_rows, where: str) -> List[dict]:
+    try:
+        return standardize(raw_rows, where)
+    except ValueError as e:
+        raise CompareError(str(e)) from None
 
 
 def _default_name(source: str) -> str:
@@ -184,7 +126,7 @@ def read_local(source: str) -> List[dict]:
         raise CompareError(str(e)) from None
     if not raw:
         raise CompareError(f"{path}: no rows (an empty metrics file; did the run log a step?)")
-    return standardize(raw, path)
+    return _standardize(raw, path)
 
 
 def _wandb_host() -> str:
@@ -243,7 +185,7 @@ def read_wandb(source: str, timeout: float = 10.0) -> Tuple[str, List[dict]]:
     if not raw:
         raise CompareError(f"{source}: the run has no logged steps")
     by_step = {}
-    for row in standardize(raw, source):  # wandb logs train and eval at the same step in separate rows: merge
+    for row in _standardize(raw, source):  # wandb logs train and eval at the same step in separate rows: merge
         merged = by_step.setdefault(row["step"], {"step": row["step"]})
         merged.update({k: v for k, v in row.items() if v is not None})
     return name, [by_step[k] for k in sorted(by_step)]

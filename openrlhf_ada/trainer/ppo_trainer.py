@@ -13,7 +13,7 @@ from openrlhf.trainer.ppo_trainer import PPOTrainer
 
 from openrlhf_ada.trainer.ppo_utils.experience_maker import AdaExperienceMaker
 from openrlhf_ada.trainer.ppo_utils.samples_generator import AdaSamplesGenerator
-from openrlhf_ada.utils.metrics_log import MetricsWriter
+from openrlhf_ada.utils.metrics_log import MetricsWriter, standardize
 
 
 class AdaTrainerMixin:
@@ -51,22 +51,16 @@ class AdaTrainerMixin:
 
 
 def standard_metrics(status: dict, n: int) -> dict:
-    """A step's upstream status dict (numbers kept) plus the standard keys of openrlhf_ada.utils.metrics_log."""
+    """A step's upstream status dict (numbers kept) plus the standard keys of openrlhf_ada.utils.metrics_log,
+    derived by the same mapping the compare tool applies (`standardize`)."""
     row = {k: float(v) for k, v in status.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    standard = standardize([{**row, "step": 0}], "trainer status")[0]
+    standard.pop("step")
+    standard.pop("generated_tokens_total", None)  # the trainer keeps the running total itself
+    row.update(standard)
     if "rollout/reward_mean" in row:
-        row["trained_reward_mean"] = row["reward_mean"] = row["rollout/reward_mean"]
-    if "ada_reward_mean_generated" in row:  # with Reinforce-Ada: every generated sample, not the balanced group
-        row["reward_mean"] = row["ada_reward_mean_generated"]
-    if "ada_tokens_generated" in row:
-        row["generated_tokens"] = row["ada_tokens_generated"]
-    elif "rollout/response_length_mean" in row and "rollout/num_samples" in row:
-        row["generated_tokens"] = row["rollout/response_length_mean"] * row["rollout/num_samples"]
-    row["samples_per_prompt"] = row.get("ada_samples_per_prompt_mean", float(n))
-    for ours, key in (("eta", "ada_eta"), ("resolved_share", "ada_resolved_share")):
-        if key in row:
-            row[ours] = row[key]
-    if "ada_nonzero_adv_group_share" in row:
-        row["zero_adv_group_share"] = 1.0 - row["ada_nonzero_adv_group_share"]
+        row["trained_reward_mean"] = row["rollout/reward_mean"]
+    row.setdefault("samples_per_prompt", float(n))
     return row
 
 

@@ -19,7 +19,7 @@ import json
 import math
 import os
 import time
-from typing import Dict, Iterator, List
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 STANDARD_KEYS = (
     "reward_mean",
@@ -30,6 +30,74 @@ STANDARD_KEYS = (
     "zero_adv_group_share",
     "eta",
 )
+
+
+# Every key the comparison knows, with the names other writers use for it (first match wins, standard name first).
+ALIASES: Dict[str, Tuple[str, ...]] = {
+    "reward_mean": ("reward_mean", "ada_reward_mean_generated", "ada/reward_mean_generated", "rollout/reward_mean",
+                    "rollout_reward_mean", "reward"),
+    "pass_rate": ("pass_rate", "ada_pass_rate_generated", "ada/pass_rate_generated", "rollout/pass_rate",
+                  "ada_pass_rate", "ada/pass_rate"),
+    "generated_tokens": ("generated_tokens", "ada_tokens_generated", "ada/tokens_generated"),
+    "generated_tokens_total": ("generated_tokens_total", "ada_tokens_generated_total", "ada/tokens_generated_total"),
+    "samples_per_prompt": ("samples_per_prompt", "ada_samples_per_prompt_mean", "ada/samples_per_prompt_mean"),
+    "zero_adv_group_share": ("zero_adv_group_share", "ada_zero_adv_group_share", "ada/zero_adv_group_share"),
+    "eta": ("eta", "ada_eta", "ada/eta"),
+    "resolved_share": ("resolved_share", "ada_resolved_share", "ada/resolved_share"),
+}
+# Keys whose complement gives a standard key.
+COMPLEMENTS: Dict[str, Tuple[str, ...]] = {
+    "zero_adv_group_share": ("nonzero_adv_group_share", "ada_nonzero_adv_group_share", "ada/nonzero_adv_group_share"),
+}
+
+
+def _number(value, where: str) -> Optional[float]:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{where}: expected a number or null, got {value!r}")
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def standardize(raw_rows: Sequence[dict], where: str) -> List[dict]:
+    """Map rows with any known key names to the standard keys (see ALIASES, COMPLEMENTS); fill
+    generated_tokens_total with the running sum of generated_tokens when a run does not log it."""
+    rows = []
+    for raw in raw_rows:
+        raw = {(k[len("train/"):] if k.startswith("train/") else k): v for k, v in raw.items()}
+        step = raw.get("step", raw.get("global_step"))
+        if step is None or isinstance(step, bool) or not isinstance(step, (int, float)):
+            raise ValueError(f"{where}: a row has no numeric 'step': {str(raw)[:200]}")
+        row = {"step": int(step)}
+        for key, names in ALIASES.items():
+            for name in names:
+                if raw.get(name) is not None:
+                    row[key] = _number(raw[name], f"{where}, step {row['step']}, {name!r}")
+                    break
+        if row.get("generated_tokens") is None:  # upstream only: the trained samples are all that was generated
+            length, count = (_number(raw.get(k), f"{where}, step {row['step']}, {k!r}")
+                             for k in ("rollout/response_length_mean", "rollout/num_samples"))
+            if length is not None and count is not None:
+                row["generated_tokens"] = length * count
+        for key, names in COMPLEMENTS.items():
+            if row.get(key) is None:
+                for name in names:
+                    value = _number(raw.get(name), f"{where}, step {row['step']}, {name!r}")
+                    if value is not None:
+                        row[key] = 1.0 - value
+                        break
+        rows.append(row)
+    rows.sort(key=lambda r: r["step"])
+    if rows and not any(r.get("generated_tokens_total") is not None for r in rows):
+        total, any_tokens = 0.0, False
+        for r in rows:
+            if r.get("generated_tokens") is not None:
+                total += r["generated_tokens"]
+                any_tokens = True
+            if any_tokens:
+                r["generated_tokens_total"] = total
+    return rows
 
 
 class MetricsWriter:
