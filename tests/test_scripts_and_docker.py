@@ -44,6 +44,20 @@ DUMMY = {
     "SAVE_PATH": "/nonexistent/openrlhf-ada-save",
 }
 
+# The authors' Reinforce-Ada-balance settings mapped onto OpenRLHF (dr_grpo, pool baseline, n=4, 8 x 4 rounds, no KL).
+AUTHORS_REINFORCE_ADA = {
+    "algo.advantage.estimator": "dr_grpo",
+    "ada.enable": True,
+    "ada.mode": "balance",
+    "ada.baseline": "pool",
+    "ada.round_size": 8,
+    "ada.max_rounds": 4,
+    "ada.positive_threshold": 0.5,
+    "rollout.n_samples_per_prompt": 4,
+    "algo.kl.init_coef": 0.0,
+    "algo.kl.use_loss": False,
+}
+
 # What each script is for; a script not listed here still gets every generic check.
 EXPECTED = {
     "train_adora_grpo.sh": {
@@ -58,33 +72,8 @@ EXPECTED = {
         "algo.kl.use_loss": True,
         "algo.kl.estimator": "k3",
     },
-    "train_reinforce_ada.sh": {
-        "algo.advantage.estimator": "dr_grpo",
-        "ada.enable": True,
-        "ada.mode": "balance",
-        "ada.baseline": "pool",
-        "ada.round_size": 8,
-        "ada.max_rounds": 4,
-        "ada.positive_threshold": 0.5,
-        "rollout.n_samples_per_prompt": 4,
-        "algo.kl.init_coef": 0.0,
-        "algo.kl.use_loss": False,
-        "adora.enable": False,
-    },
-    "train_adora_reinforce_ada.sh": {
-        "algo.advantage.estimator": "dr_grpo",
-        "ada.enable": True,
-        "ada.mode": "balance",
-        "ada.baseline": "pool",
-        "ada.round_size": 8,
-        "ada.max_rounds": 4,
-        "ada.positive_threshold": 0.5,
-        "rollout.n_samples_per_prompt": 4,
-        "algo.kl.init_coef": 0.0,
-        "algo.kl.use_loss": False,
-        "adora.enable": True,
-        "adora.lam": 0.1,
-    },
+    "train_reinforce_ada.sh": {**AUTHORS_REINFORCE_ADA, "adora.enable": False},
+    "train_adora_reinforce_ada.sh": {**AUTHORS_REINFORCE_ADA, "adora.enable": True, "adora.lam": 0.1},
 }
 
 # Flags from upstream's own example scripts / README that OpenRLHF 0.11.2's parser rejects.

@@ -214,11 +214,9 @@ class LocalTrainer:
                 e.base_action_log_probs = base if args.algo.kl.use_loss else None
             else:
                 e.kl = torch.zeros_like(e.action_log_probs)
+            e.info["kl"] = masked_mean(e.kl, e.action_mask, dim=-1)
             if args.algo.kl.use_loss:  # the KL goes into the loss, not into the reward
-                e.info["kl"] = masked_mean(e.kl, e.action_mask, dim=-1)
                 e.kl = torch.zeros_like(e.kl)
-            else:
-                e.info["kl"] = masked_mean(e.kl, e.action_mask, dim=-1)
 
     def update(self, experiences: List[Experience]) -> Dict[str, float]:
         """PPO epochs over the rollout: one optimizer step per --train.batch_size samples, micro-batches of

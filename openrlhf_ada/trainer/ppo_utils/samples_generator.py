@@ -68,6 +68,11 @@ def _scalar(value: Optional[torch.Tensor]) -> Optional[float]:
     return None if value is None else float(value.reshape(-1)[0].item())
 
 
+def _score(e: Experience) -> Optional[float]:
+    """The verifier outcome that classifies a sample (its score; its reward when the reward file gives no score)."""
+    return _scalar(e.scores) if e.scores is not None else _scalar(e.rewards)
+
+
 class _FailureLog:
     """Samples of one step without a usable reward: counted by reason; one kept as an example for the error."""
 
@@ -225,7 +230,7 @@ class AdaSamplesGenerator(SamplesGenerator):
                 return 1  # dropped or failed
             if dynamic_filtering:
                 lo, hi = self.args.algo.dynamic_filtering_range
-                mean_score = sum(_scalar(e.scores) if e.scores is not None else _scalar(e.rewards) for e in kept)
+                mean_score = sum(_score(e) for e in kept)
                 mean_score /= len(kept)
                 if not (lo < mean_score < hi):
                     filtered += 1
@@ -261,7 +266,7 @@ class AdaSamplesGenerator(SamplesGenerator):
                 experiences = [self._process_response_into_experience(r, **generate_kwargs) for r in responses]
                 failures.record(experiences)
                 item.pool.add_round(
-                    scores=[_scalar(e.scores) if e.scores is not None else _scalar(e.rewards) for e in experiences],
+                    scores=[_score(e) for e in experiences],
                     rewards=[_scalar(e.rewards) for e in experiences],
                     items=experiences,
                     lengths=[int(e.response_length.reshape(-1)[0].item()) for e in experiences],
