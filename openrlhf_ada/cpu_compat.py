@@ -1,6 +1,13 @@
-"""Make every ``openrlhf`` module importable on a machine without CUDA.
+"""Everything that lets OpenRLHF run on a machine without CUDA, in one place.
 
-Why: ``openrlhf.models`` imports ``flash_attn`` at module level, and the ``flash_attn`` package imports its compiled
+Two layers:
+
+1. Imports (always, wherever the compiled flash-attn extension is missing): :func:`install`, below.
+2. The CPU mode (only when ``OPENRLHF_ADA_CPU=1`` is set AND torch sees no CUDA): :func:`apply_cpu_patches` and
+   :func:`adjust_args_for_cpu`, further down. They let upstream's whole Ray pipeline (DeepSpeed ZeRO-3 actors, vLLM
+   engines, weight sync) run on CPU. A GPU node never gets them, even with the variable set.
+
+Layer 1. Why: ``openrlhf.models`` imports ``flash_attn`` at module level, and the ``flash_attn`` package imports its compiled
 CUDA extension ``flash_attn_2_cuda`` at import time. On the CPU stack (see the project spec, "The CPU stack")
 flash-attn is installed python-only, so that import fails and with it ``openrlhf.models``, the trainers and the
 vLLM engine module. :func:`install` registers a placeholder module under that name, only when the real extension
@@ -14,7 +21,10 @@ Ray workers import modules fresh, so patches made in the driver do not reach the
 from __future__ import annotations
 
 import importlib
+import importlib.abc
 import importlib.machinery
+import importlib.util
+import os
 import sys
 import types
 
@@ -83,5 +93,339 @@ def install() -> bool:
 
 
 def worker_setup_hook() -> None:
-    """Ray ``worker_process_setup_hook``: runs :func:`install` in each Ray worker before it runs tasks."""
+    """Ray ``worker_process_setup_hook``: runs :func:`install` in each Ray worker before it runs tasks, and the CPU
+    mode's patches when the run is CPU-only (see below)."""
     install()
+    apply_cpu_patches()
+
+
+# ====================================================================================================================
+# Layer 2: the CPU mode. Each patch names the upstream line it works around. Applied only when the run is explicitly
+# CPU-only (OPENRLHF_ADA_CPU=1) and this process sees no CUDA device.
+#
+#   where it runs                                 how it gets there
+#   the launcher's process (the Ray driver)       openrlhf_ada.cli.train_ppo_ray / cpu_run call apply_cpu_patches()
+#   every Ray worker (actors, trainer, engines)   worker_setup_hook (Ray's worker_process_setup_hook)
+#   vLLM's EngineCore and Worker processes        vllm_plugin, a `vllm.general_plugins` entry point (setup.py):
+#                                                 they are started by the engine actor, out of reach of Ray's hook
+# ====================================================================================================================
+
+CPU_ENV = "OPENRLHF_ADA_CPU"
+#: Ray ``runtime_env`` env_vars that carry the CPU mode to every worker.
+CPU_ENV_VARS = {CPU_ENV: "1"}
+_applied: set = set()
+_after_import_patches: dict = {}
+
+
+def cpu_mode_requested() -> bool:
+    return os.environ.get(CPU_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def cpu_mode_active() -> bool:
+    """True when this run is explicitly CPU-only: OPENRLHF_ADA_CPU=1 and torch sees no CUDA device here."""
+    if not cpu_mode_requested():
+        return False
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+class _PatchAfterExec(importlib.abc.Loader):
+    """Loader wrapper: runs the module as its own loader would, then the patch registered for it."""
+
+    def __init__(self, loader, patch):
+        self._loader, self._patch = loader, patch
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        self._patch(module)
+
+    def __getattr__(self, name):  # get_source, get_filename, ... as the real loader has them
+        return getattr(self._loader, name)
+
+
+class _AfterImportFinder(importlib.abc.MetaPathFinder):
+    """Finds nothing itself; for a module with a pending patch it asks the other finders and wraps the loader."""
+
+    def find_spec(self, fullname, path, target=None):
+        patch = _after_import_patches.pop(fullname, None)
+        if patch is None:
+            return None
+        spec = importlib.util.find_spec(fullname)  # the real finders (this one no longer knows the name)
+        if spec is None or spec.loader is None:
+            return spec
+        spec.loader = _PatchAfterExec(spec.loader, patch)
+        return spec
+
+
+_finder = _AfterImportFinder()
+
+
+def _after_import(module_name: str, patch) -> None:
+    """Run ``patch(module)`` on ``module_name``: now if it is imported already, else right after its first import.
+    Patching a name that another module imported with ``from x import name`` only works this way."""
+    module = sys.modules.get(module_name)
+    if module is not None:
+        patch(module)
+        return
+    _after_import_patches[module_name] = patch
+    if _finder not in sys.meta_path:
+        sys.meta_path.insert(0, _finder)
+
+
+# -- the patches -----------------------------------------------------------------------------------------------------
+
+
+def _patch_triton_cross_entropy() -> None:
+    """openrlhf/models/utils.py L180 uses flash-attn's Triton cross-entropy for fp32 logits and falls back to torch
+    only on ImportError; with the python-only flash-attn the import succeeds and the call fails (TypeError: '<' not
+    supported between 'NoneType' and 'int'). A None entry in sys.modules makes that import raise ImportError."""
+    sys.modules["flash_attn.ops.triton.cross_entropy"] = None
+
+
+class CpuDevice(str):
+    """What ``torch.cuda.current_device()`` returns in CPU mode: "cpu" wherever it is used as a device (``.to(d)``,
+    ``device=d``), but "0" when formatted, because trainer/ppo_utils/replay_buffer.py L40 builds
+    ``torch.device(f"cuda:{torch.cuda.current_device()}")`` (a device it never moves data to on this path)."""
+
+    def __new__(cls, *_):
+        return super().__new__(cls, "cpu")
+
+    def __format__(self, spec):
+        return format(0, spec)
+
+
+def _patch_cuda_device_calls() -> None:
+    """utils/deepspeed/deepspeed.py L97 calls ``torch.cuda.set_device(local_rank)`` (without CUDA: "module
+    'torch._C' has no attribute '_cuda_setDevice'"); the actors call ``torch.cuda.synchronize()`` and
+    ``current_stream()`` around every phase (ppo_actor.py, launcher.py, utils/distributed_util.py L10) and move
+    batches to ``torch.cuda.current_device()`` (ppo_actor.py L171, launcher.py L136). On CPU those are no-ops and the
+    device is the CPU."""
+    import torch
+
+    torch.cuda.set_device = lambda device=None: None
+    torch.cuda.synchronize = lambda device=None: None
+    torch.cuda.current_stream = lambda device=None: None
+    torch.cuda.current_device = CpuDevice
+
+
+class GlooWeightSyncGroup:
+    """The weight-sync group on CPU: a gloo process group between DeepSpeed rank 0 and every vLLM worker.
+
+    Upstream builds it with ``stateless_init_process_group`` (utils/distributed_util.py L15), a vLLM
+    ``PyNcclCommunicator``. Without the NCCL library that communicator disables itself and its ``broadcast`` returns
+    without doing anything (vllm/distributed/device_communicators/pynccl.py L131-138, L538-540): vLLM then loads
+    uninitialised memory as weights and the run silently trains on garbage. This class has the one method upstream
+    calls on the group, ``broadcast(tensor, src, stream)``, and really sends the tensor.
+    """
+
+    def __init__(self, master_address: str, master_port: int, rank: int, world_size: int, timeout_s: float = 1800):
+        from datetime import timedelta
+
+        import torch.distributed as dist
+
+        timeout = timedelta(seconds=timeout_s)
+        self.rank, self.world_size = rank, world_size
+        self._store = dist.TCPStore(master_address, int(master_port), world_size, is_master=rank == 0, timeout=timeout)
+        self._group = dist.ProcessGroupGloo(dist.PrefixStore("openrlhf_ada_weight_sync", self._store), rank,
+                                            world_size, timeout)
+
+    def broadcast(self, tensor, src: int = 0, stream=None):
+        import torch.distributed as dist
+
+        options = dist.BroadcastOptions()
+        options.rootRank = src
+        self._group.broadcast([tensor], options).wait()
+        return tensor
+
+
+def gloo_init_process_group(master_address, master_port, rank, world_size, device=None) -> GlooWeightSyncGroup:
+    """Drop-in for upstream's ``stateless_init_process_group(master_address, master_port, rank, world_size, device)``."""
+    return GlooWeightSyncGroup(master_address, master_port, rank, world_size)
+
+
+def _patch_weight_sync_group() -> None:
+    """See GlooWeightSyncGroup. Patched where upstream looks the function up: utils/distributed_util.py (imported at
+    call time by the vLLM side, trainer/ray/vllm_worker_wrap.py L6) and the name trainer/ray/ppo_actor.py imported
+    at its top (used at L147 by DeepSpeed rank 0)."""
+
+    def patch(module):
+        module.stateless_init_process_group = gloo_init_process_group
+
+    _after_import("openrlhf.utils.distributed_util", patch)
+    _after_import("openrlhf.trainer.ray.ppo_actor", patch)
+
+
+def receive_weight_on_cpu(self, name, dtype, shape, empty_cache=False):
+    """Replaces ``WorkerWrap.update_weight`` (trainer/ray/vllm_worker_wrap.py L33-52) in vLLM's worker.
+
+    Upstream allocates the receive buffer on "cuda" (L40) and loads each parameter on its own with
+    ``model.load_weights`` (L47). On CPU the buffer is a CPU tensor, and loading must wait for the last parameter:
+    vLLM's CPU linear layers repack their weights after loading (a live ``load_weights`` fails with "'Parameter'
+    object has no attribute 'weight_loader'"), and reloading one parameter at a time would rebuild the merged
+    qkv / gate_up layers from partial data. So parameters are buffered and loaded together with vLLM's
+    ``reload_weights`` on the call that carries ``empty_cache=True``, which upstream sets on the last parameter
+    (trainer/ray/ppo_actor.py L427).
+    """
+    import torch
+
+    if dtype != self.model_config.dtype:
+        raise TypeError(f"weight sync: {name} arrives as {dtype}, the vLLM engine runs {self.model_config.dtype}")
+    weight = torch.empty(shape, dtype=dtype)
+    if self._model_update_with_ray:
+        import ray.util.collective as collective
+
+        collective.broadcast(weight, 0, group_name=self._model_update_group)
+    else:
+        self._model_update_group.broadcast(weight, src=0)
+    received = self.__dict__.setdefault("_openrlhf_ada_received", [])
+    received.append((name, weight))
+    if empty_cache:
+        self.reload_weights(weights_iterator=iter(received))
+        received.clear()
+
+
+def _patch_vllm_weight_receive() -> None:
+    def patch(module):
+        module.WorkerWrap.update_weight = receive_weight_on_cpu
+
+    _after_import("openrlhf.trainer.ray.vllm_worker_wrap", patch)
+
+
+def _patch_vllm_sleep_mode() -> None:
+    """vllm/config/model.py L656 refuses ``enable_sleep_mode`` on CPU ("Sleep mode is not supported on current
+    platform"), so upstream's ``--vllm.enable_sleep`` cannot start an engine. The CPU worker's sleep and wake_up are
+    no-ops (vllm/v1/worker/cpu_worker.py L179-185): claiming support lets the flag through, and memory simply stays
+    allocated."""
+
+    def patch(module):
+        module.CpuPlatform.is_sleep_mode_available = lambda self: True
+
+    _after_import("vllm.platforms.cpu", patch)
+
+
+#: driver and Ray workers: everything; vLLM's own processes: only what runs there (torch.cuda stays untouched).
+_PROCESS_PATCHES = (_patch_triton_cross_entropy, _patch_cuda_device_calls, _patch_weight_sync_group,
+                    _patch_vllm_weight_receive, _patch_vllm_sleep_mode)
+_VLLM_PATCHES = (_patch_weight_sync_group, _patch_vllm_weight_receive, _patch_vllm_sleep_mode)
+
+
+def apply_cpu_patches(vllm_process: bool = False) -> list:
+    """Apply the CPU-mode patches to this process, once each; returns the names applied by this call. Does nothing
+    unless :func:`cpu_mode_active` (OPENRLHF_ADA_CPU=1 and no CUDA device)."""
+    if not cpu_mode_active():
+        return []
+    install()
+    applied = []
+    for patch in _VLLM_PATCHES if vllm_process else _PROCESS_PATCHES:
+        if patch.__name__ not in _applied:
+            patch()
+            _applied.add(patch.__name__)
+            applied.append(patch.__name__)
+    return applied
+
+
+def vllm_plugin() -> None:
+    """``vllm.general_plugins`` entry point (setup.py): vLLM loads it in every process it starts, before it resolves
+    the worker extension class (vllm/v1/worker/worker_base.py L276)."""
+    apply_cpu_patches(vllm_process=True)
+
+
+# -- flags and Ray resources in CPU mode ------------------------------------------------------------------------------
+
+
+def adjust_args_for_cpu(args) -> list:
+    """Switch the upstream flags that cannot work on CPU for their CPU equivalents, in place, after upstream's own
+    checks; return one line per switch for the log. Raise ValueError (naming the flag and what to use) for a
+    setting that has no CPU equivalent."""
+    notes = []
+
+    def switch(flag: str, value, why: str) -> None:
+        group, name = flag.split(".")
+        old = getattr(getattr(args, group), name)
+        setattr(getattr(args, group), name, value)
+        notes.append(f"--{flag} {old} -> {value}: {why}")
+
+    refused = {
+        "ds.ring_attn_size": (args.ds.ring_attn_size > 1, "ring attention needs flash-attn's CUDA kernels; use 1"),
+        "train.dynamic_batch_enable": (args.train.dynamic_batch_enable,
+                                       "dynamic batching needs packed samples (flash-attn's CUDA kernels); drop it"),
+        "ds.use_liger_kernel": (getattr(args.ds, "use_liger_kernel", False), "Liger kernels are Triton/CUDA; drop it"),
+        "ds.load_in_4bit": (getattr(args.ds, "load_in_4bit", False), "bitsandbytes 4-bit needs CUDA; drop it"),
+        "vllm.sync_with_ray": (getattr(args.vllm, "sync_with_ray", False),
+                               "Ray collectives need pygloo/NCCL; drop it (the CPU mode syncs over a gloo group)"),
+    }
+    for flag, (bad, fix) in refused.items():
+        if bad:
+            raise ValueError(f"--{flag} cannot run in the CPU mode ({CPU_ENV}=1): {fix}")
+    if args.vllm.sync_backend != "gloo":
+        switch("vllm.sync_backend", "gloo", "no NCCL on CPU (and colocated nccl would take the CUDA-IPC path, "
+               "trainer/ray/ppo_actor.py L101); weights travel over a gloo group")
+    if args.ds.attn_implementation != "eager" and args.ds.attn_implementation != "sdpa":
+        switch("ds.attn_implementation", "eager", "flash attention needs CUDA")
+    if args.ds.packing_samples:
+        switch("ds.packing_samples", False, "packed samples need flash attention's varlen kernels (upstream turns "
+               "packing into flash_attention_2, cli/train_ppo_ray.py L699-704); samples are padded instead")
+    if args.vllm.num_engines and not args.vllm.enforce_eager:
+        switch("vllm.enforce_eager", True, "no CUDA graphs on CPU")
+    memory = args.vllm.gpu_memory_utilization
+    if args.vllm.num_engines and memory is not None and memory * args.vllm.num_engines > 0.6:
+        raise ValueError(
+            f"--vllm.gpu_memory_utilization {memory} with {args.vllm.num_engines} engine(s): on CPU it is the fraction "
+            f"of this machine's RAM each vLLM engine reserves for its KV cache ({memory * args.vllm.num_engines:.0%} "
+            "in all), leaving too little for the DeepSpeed actors. Pass e.g. --vllm.gpu_memory_utilization 0.1 "
+            "(0.1 fits a tiny model on 24 GB, 0.3 a 135M one)"
+        )
+    return notes
+
+
+def gpu_bundles_needed(args) -> int:
+    """How many {"GPU": 1, "CPU": 1} bundles upstream's train() asks Ray for (cli/train_ppo_ray.py L40-140): the
+    actor (and, colocated, everything sharing its placement group), the reference, the vLLM engines, and an upper
+    bound for a critic and a reward model."""
+    train = args.train
+    actor = args.actor.num_nodes * args.actor.num_gpus_per_node
+    ref = args.ref.num_nodes * args.ref.num_gpus_per_node if args.algo.kl.init_coef > 0 else 0
+    engines = (args.vllm.num_engines or 0) * args.vllm.tensor_parallel_size
+    colocated = train.colocate_all or train.colocate_actor_ref
+    total = actor + (0 if colocated else ref)
+    if not (train.colocate_all and not train.async_enable):
+        total += engines
+    if getattr(args.critic, "model_name_or_path", None):
+        total += args.critic.num_nodes * args.critic.num_gpus_per_node
+    if not args.reward.remote_url:
+        total += args.reward.num_nodes * args.reward.num_gpus_per_node
+    return total
+
+
+def ray_init_kwargs_for_cpu(args, kwargs: dict) -> dict:
+    """ray.init arguments in CPU mode: the CPU mode's env var for every worker, and, when this process starts Ray
+    itself (no address), logical GPUs and CPUs for upstream's {"GPU": 1, "CPU": 1} bundles (without them Ray waits
+    forever: "No available node types can fulfill resource request {'CPU': 1.0, 'GPU': 1.0}")."""
+    kwargs = dict(kwargs)
+    runtime_env = dict(kwargs.get("runtime_env") or {})
+    runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **CPU_ENV_VARS}
+    kwargs["runtime_env"] = runtime_env
+    if not kwargs.get("address") and not os.environ.get("RAY_ADDRESS"):
+        bundles = gpu_bundles_needed(args)
+        kwargs.setdefault("num_gpus", bundles)
+        kwargs.setdefault("num_cpus", bundles + 2)  # the bundles, the trainer actor and the driver's tasks
+    return kwargs
+
+
+def check_ray_resources(args) -> None:
+    """After ray.init in CPU mode: a cluster without enough (logical) GPUs or CPUs for the run's bundles is an error
+    now, not an endless wait in upstream's ``ray.get(pg.ready())``."""
+    import ray
+
+    need = gpu_bundles_needed(args)
+    have = ray.cluster_resources()
+    if have.get("GPU", 0) < need or have.get("CPU", 0) < need:
+        raise RuntimeError(
+            f"the Ray cluster offers {have.get('GPU', 0):g} GPUs and {have.get('CPU', 0):g} CPUs; this run asks for "
+            f"{need} bundles of {{'GPU': 1, 'CPU': 1}} (actor, reference, vLLM engines). On a CPU machine declare "
+            f"logical GPUs when starting Ray: ray start --head --num-gpus {need} --num-cpus {need + 2}"
+        )

@@ -12,6 +12,12 @@ with three hooks set before it starts:
    node can import openrlhf (CPU placeholder for the flash-attn extension where there is no CUDA).
 
 The parsed namespace, project flags included, travels to every actor inside `strategy.args`.
+
+CPU mode (`OPENRLHF_ADA_CPU=1` on a machine without CUDA; see openrlhf_ada.cpu_compat): the same run on CPU. The
+patches are applied in this process, carried to every Ray worker (setup hook + env var) and to vLLM's processes
+(plugin); after upstream's checks, flags that cannot work on CPU are switched for their CPU equivalents (each
+switch printed) or refused; a Ray started here declares logical GPUs for upstream's bundles, and a cluster without
+enough of them is an error instead of a hang.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import sys
 from typing import Callable, Optional
 
 import openrlhf_ada  # noqa: F401  (CPU compatibility before anything imports openrlhf)
+from openrlhf_ada import cpu_compat
 from openrlhf_ada.args import add_project_args, validate
 
 PROG = "python -m openrlhf_ada.cli.train_ppo_ray"
@@ -56,17 +63,25 @@ def with_setup_hook(runtime_env: dict | None, env_vars: dict | None = None) -> d
     return runtime_env
 
 
-def _wrap_ray_init(env_vars: dict) -> None:
+def _wrap_ray_init(env_vars: dict, args=None) -> None:
+    """ray.init (upstream's train() calls it) gets the worker setup hook and `env_vars`; in CPU mode also the CPU
+    mode's env var, logical GPUs when it starts Ray itself, and a check that the cluster can hold the run."""
     import ray
 
     if getattr(ray.init, "_openrlhf_ada", False):
-        return
+        ray.init = ray.init.__wrapped__
     original = ray.init
+    cpu = args is not None and cpu_compat.cpu_mode_active()
 
     @functools.wraps(original)
-    def init(*args, **kwargs):
+    def init(*a, **kwargs):
         kwargs["runtime_env"] = with_setup_hook(kwargs.get("runtime_env"), env_vars)
-        return original(*args, **kwargs)
+        if cpu:
+            kwargs = cpu_compat.ray_init_kwargs_for_cpu(args, kwargs)
+        result = original(*a, **kwargs)
+        if cpu:
+            cpu_compat.check_ray_resources(args)
+        return result
 
     init._openrlhf_ada = True
     ray.init = init
@@ -101,19 +116,30 @@ def main(
     extra_validate: Optional[Callable[[object], None]] = None,
     prog: str = PROG,
     description: str = DESCRIPTION,
+    upstream_only: bool = False,
     _parse_only: bool = False,
 ) -> None:
+    """Run upstream's launcher module with the project's hooks. `upstream_only`: upstream's trainer and flags as they
+    are (no project flags or classes), only the worker setup hook and the CPU mode (cli/train_ppo_ray_upstream)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     import openrlhf.utils.config as config
+
+    cpu = cpu_compat.cpu_mode_active()
+    if cpu_compat.cpu_mode_requested() and not cpu:
+        print(f"[openrlhf_ada] {cpu_compat.CPU_ENV}=1 ignored: this machine has CUDA", file=sys.stderr)
+    if cpu and not _parse_only:
+        cpu_compat.apply_cpu_patches()
 
     original_parse_args = argparse.ArgumentParser.parse_args
     original_hierarchize = config.hierarchize
 
     def parse_args(parser, args=None, namespace=None):
         argparse.ArgumentParser.parse_args = original_parse_args  # only upstream's parser gets the project flags
-        parser.prog, parser.description = prog, description
-        parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
-        add_project_args(parser)
+        parser.prog = prog
+        if not upstream_only:
+            parser.description = description
+            parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
+            add_project_args(parser)
         if extend_parser is not None:
             extend_parser(parser)
         if defaults:
@@ -123,20 +149,34 @@ def main(
     def hierarchize(namespace):
         config.hierarchize = original_hierarchize
         args = original_hierarchize(namespace)
-        try:
-            validate(args)
-            if extra_validate is not None:
-                extra_validate(args)
-        except ValueError as e:
-            _fail(prog, str(e))
-        if _parse_only:  # upstream's checks still run; its train() is replaced in the launcher's own namespace
-            def capture(final_args):
-                raise _Parsed(final_args)
+        if not upstream_only:
+            try:
+                validate(args)
+                if extra_validate is not None:
+                    extra_validate(args)
+            except ValueError as e:
+                _fail(prog, str(e))
+        # upstream's remaining checks run next; its train() call at the end comes here instead
+        launcher_globals = sys._getframe(1).f_globals
+        upstream_train = launcher_globals["train"]
 
-            sys._getframe(1).f_globals["train"] = capture
-        else:
-            install_trainers()
-            _wrap_ray_init({"OPENRLHF_ADA_REWARD_TIMEOUT": str(args.fault.reward_timeout)})
+        def train(final_args):
+            if cpu:
+                try:
+                    notes = cpu_compat.adjust_args_for_cpu(final_args)
+                except ValueError as e:
+                    _fail(prog, str(e))
+                for note in notes if not _parse_only else []:
+                    print(f"[openrlhf_ada] CPU mode: {note}", flush=True)
+            if _parse_only:
+                raise _Parsed(final_args)
+            if not upstream_only:
+                install_trainers()
+            reward_timeout = getattr(getattr(final_args, "fault", None), "reward_timeout", None)
+            _wrap_ray_init({"OPENRLHF_ADA_REWARD_TIMEOUT": str(reward_timeout)} if reward_timeout else {}, final_args)
+            return upstream_train(final_args)
+
+        launcher_globals["train"] = train
         return args
 
     argparse.ArgumentParser.parse_args = parse_args

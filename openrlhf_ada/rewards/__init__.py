@@ -1,6 +1,6 @@
 """Rule-based reward files for OpenRLHF's ``--reward.remote_url <file>.py``.
 
-Each task file (``kk.py``, ``math.py``, ``countdown.py``) defines ``reward_func(queries, prompts, labels)`` as
+Each task file (``kk.py``, ``math.py``, ``countdown.py``, ``gym.py``; ``toy.py`` for smoke runs) defines ``reward_func(queries, prompts, labels)`` as
 OpenRLHF 0.11.2 expects: ``queries`` are the decoded prompt+response texts, ``prompts`` the prompt texts, ``labels``
 the dataset labels written by :mod:`openrlhf_ada.cli.prepare_data`. It returns
 ``{"rewards": FloatTensor[n], "scores": FloatTensor[n], "extra_logs": {name: FloatTensor[n]}}`` and never raises:
