@@ -23,6 +23,7 @@ from openrlhf_ada.algorithms.reinforce_ada import (
     UNRESOLVED_POLICIES,
     AdaConfig,
 )
+from openrlhf_ada.reward_checks import check_reward_url
 
 
 def _bool_flag(group, name, help):
@@ -49,7 +50,8 @@ def add_project_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     g = parser.add_argument_group("Reinforce-Ada (openrlhf-ada): adaptive multi-round sampling per prompt")
     _bool_flag(g, "--ada.enable", "Sample prompts round after round until each shows signal; train on n per prompt")
     g.add_argument("--ada.mode", type=str, default="balance", choices=MODES,
-                   help="Exit rule: balance (>= n/2 correct and >= n/2 wrong) or pos (>= 1 correct)")
+                   help="Exit rule: balance (>= floor(n/2) correct and >= n - floor(n/2) wrong) or pos (>= 1 "
+                        "correct)")
     g.add_argument("--ada.round_size", type=int, default=None, help="Samples per round (default 2 x n)")
     g.add_argument("--ada.first_round_size", type=int, default=None,
                    help="Samples in the first round (default: --ada.round_size)")
@@ -124,8 +126,36 @@ def fault_config(args) -> FaultConfig:
                        engine_timeout=f.engine_timeout)
 
 
+def validate_sizes(args) -> None:
+    """Upstream flags whose misuse upstream reports with a bare assertion or a confusing error later (or not at all):
+    batch sizes below 1, a length budget with no room for the prompt. Raise ValueError naming the flags."""
+    for flag in ("rollout.batch_size", "rollout.n_samples_per_prompt", "rollout.micro_batch_size",
+                 "train.batch_size", "train.micro_batch_size"):
+        value = _get(args, flag)
+        if value is not None and value < 1:
+            raise ValueError(f"--{flag}={value}: must be >= 1")
+    max_len, max_new = _get(args, "data.max_len"), _get(args, "rollout.max_new_tokens")
+    if max_new is not None and max_new < 1:
+        raise ValueError(f"--rollout.max_new_tokens={max_new}: must be >= 1 (or unset: max_len - prompt length)")
+    if max_len is not None and max_new is not None and max_len <= max_new:
+        raise ValueError(f"--data.max_len={max_len} is the prompt + response budget, so it must exceed "
+                         f"--rollout.max_new_tokens={max_new} (that leaves no room for the prompt): raise "
+                         "--data.max_len or lower --rollout.max_new_tokens")
+
+
+def validate_group_estimator(args) -> None:
+    """A group-baseline estimator with one sample per prompt (upstream: a bare assertion), named by its flags."""
+    n, estimator = args.rollout.n_samples_per_prompt, _get(args, "algo.advantage.estimator")
+    if estimator in GROUP_BASELINE_ESTIMATORS and n < 2:
+        raise ValueError(f"--algo.advantage.estimator {estimator} compares the samples of each prompt, so it needs "
+                         f"--rollout.n_samples_per_prompt >= 2 (got {n}); with one sample per prompt use "
+                         "--algo.advantage.estimator reinforce")
+
+
 def validate(args) -> None:
     """Check the project's flags against each other and against upstream's; raise ValueError (what, how to fix)."""
+    validate_sizes(args)
+    check_reward_url(_get(args, "reward.remote_url"), _get(args, "train.agent_func_path"))
     try:
         fault_config(args)
     except ValueError as e:
@@ -143,6 +173,7 @@ def validate(args) -> None:
         if adora.weight_func:
             load_weight_func(adora.weight_func)  # fails now, naming file and function, not mid-run
     if not args.ada.enable:
+        validate_group_estimator(args)
         return
     if n < 2:
         raise ValueError(f"--ada.enable needs --rollout.n_samples_per_prompt >= 2 (got {n}): it selects n per prompt")
@@ -160,3 +191,4 @@ def validate(args) -> None:
             f"--ada.baseline pool replaces the group baseline of {', '.join(GROUP_BASELINE_ESTIMATORS)}; "
             f"--algo.advantage.estimator={estimator} has none. Use one of those or --ada.baseline group"
         )
+    validate_group_estimator(args)

@@ -3,6 +3,7 @@ and upstream's train() building the project's trainer actors (checked without GP
 
 import subprocess
 import sys
+from pathlib import Path
 
 import openrlhf.trainer.ppo_trainer as sync_module
 import openrlhf.trainer.ppo_trainer_async as async_module
@@ -17,7 +18,8 @@ from openrlhf_ada.trainer.ppo_trainer import _AdaPPOTrainer
 from openrlhf_ada.trainer.ppo_trainer_async import _AdaPPOTrainerAsync
 from openrlhf_ada.trainer.ray.vllm_engine import _AdaRolloutRayActor
 
-BASE = ["--actor.model_name_or_path", "some/model", "--reward.remote_url", "reward.py",
+REWARD = str(Path(__file__).resolve().parents[1] / "openrlhf_ada" / "rewards" / "toy.py")  # a real reward file
+BASE = ["--actor.model_name_or_path", "some/model", "--reward.remote_url", REWARD,
         "--rollout.n_samples_per_prompt", "4", "--algo.advantage.estimator", "dr_grpo"]
 
 
@@ -37,10 +39,10 @@ def test_upstream_flags_pass_through_and_upstream_checks_still_run():
                               "--algo.kl.init_coef", "0.02"])
     assert args.actor.adam.lr == 3e-7 and args.rollout.batch_size == 7 and args.train.async_enable
     assert args.algo.kl.init_coef == 0.02
-    assert args.reward.remote_url == ["reward.py"]  # upstream's own post-processing ran (split on commas)
+    assert args.reward.remote_url == [REWARD]  # upstream's own post-processing ran (split on commas)
     assert args.rollout.vllm_generate_batch_size == 7  # and so did its defaults logic
-    with pytest.raises(AssertionError, match="requires n_samples_per_prompt > 1"):  # upstream's assertion
-        parse_args(["--actor.model_name_or_path", "m", "--algo.advantage.estimator", "group_norm"])
+    with pytest.raises(AssertionError, match="requires --train.async_enable"):  # upstream's assertion
+        parse_args(BASE + ["--train.partial_rollout_enable"])
 
 
 @pytest.mark.parametrize(
@@ -60,6 +62,17 @@ def test_upstream_flags_pass_through_and_upstream_checks_still_run():
         (["--ada.bogus", "1"], ["unrecognized arguments", "--ada.bogus"]),
         (["--fault.max_failed_share", "1.5"], ["--fault.max_failed_share=1.5", "0 to 1"]),
         (["--fault.reward_timeout", "0"], ["--fault.reward_timeout=0"]),
+        # issue 11: upstream assertions and late failures, now named by their flags
+        (["--rollout.batch_size", "0"], ["--rollout.batch_size=0", ">= 1"]),
+        (["--rollout.n_samples_per_prompt", "1", "--algo.advantage.estimator", "group_norm"],
+         ["--algo.advantage.estimator group_norm", "--rollout.n_samples_per_prompt >= 2", "got 1", "reinforce"]),
+        (["--data.max_len", "32", "--rollout.max_new_tokens", "64"],
+         ["--data.max_len=32", "--rollout.max_new_tokens=64", "prompt + response"]),
+        (["--reward.remote_url", "openrlhf_ada/rewards/kk"], ["'openrlhf_ada/rewards/kk'", "neither a .py",
+                                                               "http(s)://"]),
+        (["--reward.remote_url", "nowhere/reward.py"], ["'nowhere/reward.py'", "reward file not found"]),
+        (["--reward.remote_url", "http://"], ["needs a host"]),
+        (["--reward.remote_url", f"{REWARD},http://localhost:5000"], ["must be the only entry"]),
     ],
 )
 def test_misuse_fails_with_a_clear_message(extra, words, capsys):

@@ -16,6 +16,7 @@ A sample is positive when score > positive_threshold. Everything here is pure to
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import logging
 import math
 import os
@@ -166,6 +167,16 @@ def load_weight_func(spec: str) -> WeightFunc:
         raise WeightFuncError(f"{where}: the file defines no {name!r}")
     if not callable(fn):
         raise WeightFuncError(f"{where}: {name!r} is a {type(fn).__name__}, not a function")
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # some builtins have none: checked at the first call instead
+        signature = None
+    if signature is not None:
+        try:
+            signature.bind(*range(5))
+        except TypeError as e:
+            raise WeightFuncError(f"{where}: {name}{signature} cannot be called as {name}(scores, rewards, lengths, "
+                                  f"truncated, step) ({e})") from None
     return _ValidatedWeightFunc(fn, where)
 
 
