@@ -114,6 +114,42 @@ def test_eval_split_is_disjoint(tmp_path):
     assert not {r["input"] for r in train} & {r["input"] for r in held_out}
 
 
+def test_eval_out_equal_to_out_is_refused_and_nothing_is_written(tmp_path, capsys):
+    out = tmp_path / "kk.jsonl"
+    out.write_text("earlier rows\n")
+    same = str(tmp_path / "." / "kk.jsonl")  # the same file under another spelling
+    code = main(["kk", "--out", str(out), "--size", "4", "--eval-size", "2", "--eval-out", same, "--no-progress"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "--eval-out" in err and "would replace the training rows" in err
+    assert out.read_text() == "earlier rows\n"  # untouched: refused before anything was generated
+
+
+def test_out_that_is_a_folder_is_a_clear_error_without_leftovers(tmp_path, capsys):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    assert main(["kk", "--out", str(folder), "--size", "4", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "is a folder" in err and "Traceback" not in err
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(["countdown", "--out", str(blocker / "cd.jsonl"), "--size", "4", "--no-progress"]) == 2
+    assert "is a file" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "file"] and not any(folder.iterdir())
+
+
+def test_a_failed_write_leaves_no_temporary_file(tmp_path, monkeypatch):
+    out = tmp_path / "rows.jsonl"
+
+    def fail(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(prepare_data.os, "replace", fail)
+    with pytest.raises(prepare_data.PrepareDataError, match="No space left on device"):
+        prepare_data.write_jsonl([{"input": "a"}], out)
+    assert list(tmp_path.iterdir()) == []
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Countdown
 # ---------------------------------------------------------------------------------------------------------------------

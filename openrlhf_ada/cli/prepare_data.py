@@ -422,14 +422,49 @@ def hf_records(
 # Writing and the command line
 # ---------------------------------------------------------------------------------------------------------------------
 def write_jsonl(records: list[dict], path: str | os.PathLike) -> None:
-    """Write records as UTF-8 jsonl, atomically (a failure leaves no half-written file)."""
+    """Write records as UTF-8 jsonl, atomically: a failure leaves neither a half-written file nor the temporary."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    check_output_path(path, "output")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PrepareDataError(f"cannot create the folder of {str(path)!r}: {exc.strerror or exc}") from None
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for record in records:
-            f.write(json.dumps(record, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            for record in records:
+                f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        os.replace(tmp, path)
+    except BaseException as exc:
+        tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise PrepareDataError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
+        raise
+
+
+def check_output_path(path: str | os.PathLike, what: str) -> None:
+    """Refuse an output path that is a folder, or that a parent path component blocks (a file where a folder must be)."""
+    path = Path(path)
+    if path.is_dir():
+        raise PrepareDataError(f"the {what} path {str(path)!r} is a folder; give a file name, e.g. "
+                               f"{str(path / 'data.jsonl')!r}")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise PrepareDataError(f"the {what} path {str(path)!r} cannot be created: {str(parent)!r} is a file")
+            break
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Before generating anything: the output paths are usable, and the eval file would not replace the training
+    file."""
+    check_output_path(args.out, "--out")
+    if args.eval_size:
+        eval_path = args.eval_out or default_eval_path(args.out)
+        check_output_path(eval_path, "--eval-out")
+        if os.path.realpath(eval_path) == os.path.realpath(args.out):
+            raise PrepareDataError(f"--eval-out {eval_path!r} is the --out file: the eval rows would replace the "
+                                   "training rows; give the eval file another name (default: <out>.eval.jsonl)")
 
 
 def default_eval_path(out: str) -> str:
@@ -520,6 +555,7 @@ def _reward_hint(reward_file: str) -> str:
 
 def run(args: argparse.Namespace) -> list[tuple[str, int]]:
     """Generate and write the file(s); return ``[(path, rows), ...]``."""
+    check_outputs(args)
     progress = not args.no_progress
     total = args.size + args.eval_size if args.size is not None else None
     if args.task == "kk":
