@@ -1,15 +1,20 @@
-# Two commands matter: `make test` (the whole suite; CI runs it) and `make demo` (the main job on its embedded default).
+# `make test` (the whole suite; CI runs it), `make demo` (the main job on its embedded default) and `make cluster-demo`
+# (the cluster path through `ray job submit`, on CPU).
 # Each builds .venv/ with the CPU stack once (scripts/setup_env.sh); later runs reuse it.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: env demo test test-fast lint bench clean-env
+.PHONY: env demo cluster-demo test test-fast lint bench clean-env
 
 env:
 	@bash scripts/setup_env.sh
 
 demo: env
 	$(PY) -m openrlhf_ada.cli.demo
+
+# The cluster path (Ray job submit, DeepSpeed ZeRO-3, vLLM engines) on this machine, in the CPU mode.
+cluster-demo: env
+	$(PY) -m openrlhf_ada.cli.cluster_demo $(ARGS)
 
 test: env
 	$(PY) -m pytest tests -q

@@ -111,8 +111,9 @@ def worker_setup_hook() -> None:
 # ====================================================================================================================
 
 CPU_ENV = "OPENRLHF_ADA_CPU"
-#: Ray ``runtime_env`` env_vars that carry the CPU mode to every worker.
-CPU_ENV_VARS = {CPU_ENV: "1"}
+#: Comma-separated patch names to leave out (e.g. ``weight_sync_group``): to see what a patch prevents, as the
+#: pipeline tests' negative control does. Never needed for a working run.
+SKIP_ENV = "OPENRLHF_ADA_CPU_SKIP"
 _applied: set = set()
 _after_import_patches: dict = {}
 
@@ -313,19 +314,33 @@ _PROCESS_PATCHES = (_patch_triton_cross_entropy, _patch_cuda_device_calls, _patc
 _VLLM_PATCHES = (_patch_weight_sync_group, _patch_vllm_weight_receive, _patch_vllm_sleep_mode)
 
 
+def patch_names(vllm_process: bool = False) -> list:
+    return [p.__name__[len("_patch_"):] for p in (_VLLM_PATCHES if vllm_process else _PROCESS_PATCHES)]
+
+
 def apply_cpu_patches(vllm_process: bool = False) -> list:
-    """Apply the CPU-mode patches to this process, once each; returns the names applied by this call. Does nothing
-    unless :func:`cpu_mode_active` (OPENRLHF_ADA_CPU=1 and no CUDA device)."""
+    """Apply the CPU-mode patches to this process, once each (minus those named in OPENRLHF_ADA_CPU_SKIP); returns
+    the names applied by this call. Does nothing unless :func:`cpu_mode_active` (OPENRLHF_ADA_CPU=1, no CUDA)."""
     if not cpu_mode_active():
         return []
     install()
+    skip = {name.strip() for name in os.environ.get(SKIP_ENV, "").split(",") if name.strip()}
     applied = []
     for patch in _VLLM_PATCHES if vllm_process else _PROCESS_PATCHES:
-        if patch.__name__ not in _applied:
+        name = patch.__name__[len("_patch_"):]
+        if name not in _applied and name not in skip:
             patch()
-            _applied.add(patch.__name__)
-            applied.append(patch.__name__)
+            _applied.add(name)
+            applied.append(name)
     return applied
+
+
+def cpu_env_vars() -> dict:
+    """Ray ``runtime_env`` env_vars that carry the CPU mode (and any OPENRLHF_ADA_CPU_SKIP) to every worker."""
+    env = {CPU_ENV: "1"}
+    if os.environ.get(SKIP_ENV):
+        env[SKIP_ENV] = os.environ[SKIP_ENV]
+    return env
 
 
 def vllm_plugin() -> None:
@@ -407,7 +422,7 @@ def ray_init_kwargs_for_cpu(args, kwargs: dict) -> dict:
     forever: "No available node types can fulfill resource request {'CPU': 1.0, 'GPU': 1.0}")."""
     kwargs = dict(kwargs)
     runtime_env = dict(kwargs.get("runtime_env") or {})
-    runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **CPU_ENV_VARS}
+    runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **cpu_env_vars()}
     kwargs["runtime_env"] = runtime_env
     if not kwargs.get("address") and not os.environ.get("RAY_ADDRESS"):
         bundles = gpu_bundles_needed(args)

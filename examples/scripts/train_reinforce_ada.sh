@@ -130,7 +130,13 @@ ARGS+=("$@")
 # RAY_ENABLE_ZERO_COPY_TORCH_TENSORS and a worker_process_setup_hook; Ray refuses to merge a job runtime_env
 # that sets any of those keys too, unless RAY_OVERRIDE_JOB_RUNTIME_ENV=1 (set here, so adding e.g.
 # "NCCL_DEBUG": "INFO" to env_vars works).
-RUNTIME_ENV=$(printf '{"working_dir": "%s", "excludes": [".git", ".venv", "runs", "ckpt", "*.egg-info", ".pytest_cache", ".hypothesis"], "env_vars": {"RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"}}' "${REPO_DIR}")
+# OPENRLHF_ADA_CPU=1 (the CPU mode, for trying the cluster path on a machine without GPUs: see README) is passed
+# on to the job.
+JOB_ENV='"RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"'
+if [[ -n "${OPENRLHF_ADA_CPU:-}" ]]; then
+  JOB_ENV+=", \"OPENRLHF_ADA_CPU\": \"${OPENRLHF_ADA_CPU}\""
+fi
+RUNTIME_ENV=$(printf '{"working_dir": "%s", "excludes": [".git", ".venv", "runs", "ckpt", "*.egg-info", ".pytest_cache", ".hypothesis"], "env_vars": {%s}}' "${REPO_DIR}" "${JOB_ENV}")
 
 ray job submit --address="${RAY_ADDRESS}" \
   --runtime-env-json="${RUNTIME_ENV}" \
