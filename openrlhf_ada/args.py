@@ -17,6 +17,7 @@ from openrlhf_ada.algorithms.adora import VARIANTS, AdoraConfig, load_weight_fun
 from openrlhf_ada.algorithms.baselines import GROUP_BASELINE_ESTIMATORS
 from openrlhf_ada.algorithms.reinforce_ada import (
     BASELINES,
+    CANCEL_ORDERS,
     MODES,
     SCHEDULES,
     SELECTION_POLICIES,
@@ -66,6 +67,24 @@ def add_project_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                    help="Group baseline from the whole pool's statistics (pool) or the kept n samples (group)")
     g.add_argument("--ada.schedule", type=str, default="async", choices=SCHEDULES,
                    help="async: a prompt's next round starts as soon as its last is scored; sync: rounds in lockstep")
+    _bool_flag(g, "--ada.cancel", "Check the exit rule after every sample and cancel a prompt's outstanding requests "
+                                  "of the round once it holds (their tokens so far count as generated); rounds stay "
+                                  "the cap and the schedule")
+    g.add_argument("--ada.cancel_order", type=str, default="arrival", choices=CANCEL_ORDERS,
+                   help="With --ada.cancel: samples enter the pool as they arrive (arrival: stops soonest, but kept "
+                        "samples are biased short) or in request order (request: kept samples unbiased in length, "
+                        "the group the authors' rule would train; stops later, saves fewer tokens)")
+    _bool_flag(g, "--ada.history", "Remember each prompt's outcomes across epochs (key: sha256 of the prompt) to size "
+                                   "its first round and to skip prompts that were all-correct or all-wrong")
+    g.add_argument("--ada.history_target", type=float, default=0.9,
+                   help="With --ada.history: first round = fewest samples (n..cap) holding both classes with this "
+                        "probability under the prompt's Beta posterior pass rate; 0 keeps the configured first round")
+    g.add_argument("--ada.history_skip", type=float, default=0.5,
+                   help="With --ada.history: probability of skipping a prompt whose last --ada.history_window "
+                        "epochs were all-correct or all-wrong (skipped prompts are counted, the next one taken)")
+    g.add_argument("--ada.history_window", type=int, default=1,
+                   help="With --ada.history: epochs (the prompt's most recent sampled ones) that must all be "
+                        "saturated before it can be skipped")
 
     g = parser.add_argument_group("Faults (openrlhf-ada): what a long run survives")
     g.add_argument("--fault.reward_timeout", type=float, default=60.0,
@@ -101,6 +120,9 @@ def ada_config(args) -> AdaConfig:
         first_round_size=a.first_round_size, max_rounds=a.max_rounds, positive_threshold=a.positive_threshold,
         unresolved=a.unresolved, selection=a.selection, baseline=a.baseline, schedule=a.schedule,
         seed=_get(args, "train.seed", 42),
+        cancel=_get(args, "ada.cancel", False), cancel_order=_get(args, "ada.cancel_order", "arrival"),
+        history=_get(args, "ada.history", False), history_target=_get(args, "ada.history_target", 0.9),
+        history_skip=_get(args, "ada.history_skip", 0.5), history_window=_get(args, "ada.history_window", 1),
     )
 
 

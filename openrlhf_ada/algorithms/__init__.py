@@ -1,19 +1,24 @@
 """The math of the project, pure torch/python (no Ray, no vLLM): ADORA weights, Reinforce-Ada's per-prompt pool,
-exit rule and group selection, and the pool/group baselines. Every other layer calls these."""
+exit rule and group selection (with stopping inside a round), the per-prompt history across epochs, and the
+pool/group baselines. Every other layer calls these."""
 
 from openrlhf_ada.algorithms.adora import AdoraConfig, adora_weights, load_weight_func
 from openrlhf_ada.algorithms.baselines import group_baseline, pool_baseline
+from openrlhf_ada.algorithms.history import HistoryConfig, PromptHistory, prompt_key
 from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool, exit_reached, select_group, simulate
 
 __all__ = [
     "AdaConfig",
     "AdoraConfig",
+    "HistoryConfig",
+    "PromptHistory",
     "PromptPool",
     "adora_weights",
     "exit_reached",
     "group_baseline",
     "load_weight_func",
     "pool_baseline",
+    "prompt_key",
     "select_group",
     "simulate",
 ]

@@ -12,6 +12,21 @@ or uniformly at random from a seeded generator), and its baseline uses the stati
 
 `PromptPool` is one prompt's state during a step; the OpenRLHF samples generator, the single-machine trainer and
 `simulate` (tests, benchmarks) all drive it, so the decision logic lives here once. Pure python/torch.
+
+Two options beyond the authors' algorithm (both off by default; off, everything is exactly as above):
+
+- **cancel** (`--ada.cancel`): a round's samples are fed one at a time as they finish (`start_round`,
+  `add_sample`, `end_round`); the exit rule is checked after each, and once it holds `add_sample` returns True:
+  the prompt's outstanding requests of the round should be cancelled. Rounds stay the budget cap and the schedule.
+  Samples enter the pool in the order they arrive (`cancel_order="arrival"`: stops soonest, but finishing first
+  means being short, so the kept samples are biased short), or in the order the requests were made
+  (`"request"`: the rule is checked on the longest run of finished requests from the round's first, so the
+  stopping decision never depends on lengths and each class's kept samples have that class's length
+  distribution; it stops later). Samples still arriving after the stop are `discarded` (they cost tokens but
+  do not enter the pool), and the tokens the cancelled requests had generated count as generated.
+- **history** (`--ada.history`, see `history.py`): a prompt can get its own first round size from what it showed
+  in earlier epochs (`PromptPool(first_round=...)`; the rest of the cap is spread over the remaining rounds), or be
+  skipped.
 """
 
 from __future__ import annotations
@@ -19,15 +34,17 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
-from typing import Any, List, Optional, Sequence, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 from openrlhf_ada.algorithms._checks import check_choice, check_finite, check_int
+from openrlhf_ada.algorithms.history import HistoryConfig, PromptHistory, round_schedule
 
 MODES = ("balance", "pos")
 SELECTION_POLICIES = ("first", "random")
 UNRESOLVED_POLICIES = ("keep", "drop")
 BASELINES = ("pool", "group")
 SCHEDULES = ("async", "sync")
+CANCEL_ORDERS = ("arrival", "request")
 
 
 def exit_reached(num_pos: int, num_neg: int, *, mode: str, n: int) -> bool:
@@ -92,6 +109,12 @@ class AdaConfig:
     baseline: str = "pool"
     schedule: str = "async"
     seed: int = 42
+    cancel: bool = False  # check the exit rule after every sample and cancel the rest of the round once it holds
+    cancel_order: str = "arrival"  # samples enter the pool as they arrive, or in request order (no length bias)
+    history: bool = False  # per-prompt first round size and skips from earlier epochs (history.py)
+    history_target: float = 0.9
+    history_skip: float = 0.5
+    history_window: int = 1
 
     def __post_init__(self):
         check_int("n (--rollout.n_samples_per_prompt)", self.n, 2)
@@ -107,6 +130,11 @@ class AdaConfig:
         check_choice("ada.baseline", self.baseline, BASELINES)
         check_choice("ada.schedule", self.schedule, SCHEDULES)
         check_int("ada.seed", self.seed, 0)
+        for name in ("cancel", "history"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"ada.{name}={getattr(self, name)!r} is invalid; accepted values: True, False")
+        check_choice("ada.cancel_order", self.cancel_order, CANCEL_ORDERS)
+        _ = self.history_config  # checks ada.history_target, ada.history_skip, ada.history_window
         if self.max_samples < self.n:
             raise ValueError(
                 f"ada.first_round_size + ada.round_size x (ada.max_rounds - 1) = {self.max_samples} samples per prompt "
@@ -125,7 +153,25 @@ class AdaConfig:
 
     @property
     def max_samples(self) -> int:
+        """The per-prompt cap of samples (history-sized first rounds keep it)."""
         return self.m_first + self.m * (self.max_rounds - 1)
+
+    @property
+    def history_config(self) -> HistoryConfig:
+        return HistoryConfig(target=self.history_target, skip=self.history_skip, window=self.history_window)
+
+
+@dataclass
+class _Round:
+    """A round in flight (per-sample feeding): which requests came back, those waiting for their turn (request
+    order, or every one while cancel is off), and whether the prompt stopped in it."""
+
+    size: int
+    arrived: set = field(default_factory=set)
+    waiting: dict = field(default_factory=dict)  # request index -> (score, reward, item)
+    next_index: int = 0  # request order: the first request not yet in the pool
+    valid: List[float] = field(default_factory=list)  # rewards of this round's samples that entered the pool
+    stopped: bool = False  # the exit rule held mid-round: the rest is cancelled
 
 
 @dataclass
@@ -136,6 +182,12 @@ class PromptPool:
     opaque `items` (e.g. OpenRLHF Experiences), and the running count, sum and sum of squares of the rewards.
     A sample whose reward is None (a reward function that failed) is counted in `failed`, never enters the pool,
     and the round still completes.
+
+    Per-sample feeding (what `--ada.cancel` needs): `size = start_round()`, then `add_sample(index, ...)` for each
+    of the round's requests as it comes back (index = its position 0..size-1 in the round's requests); a True return
+    means: cancel this prompt's outstanding requests. Then `end_round(cancelled_tokens)` once every request came back
+    or was cancelled. With config.cancel off this gives exactly what `add_round` gives with the samples in request
+    order. `first_round` (history) replaces the configured schedule by `round_schedule(first_round, cap, max_rounds)`.
     """
 
     config: AdaConfig
@@ -151,19 +203,33 @@ class PromptPool:
     tokens: int = 0  # generated tokens, failed samples included (when lengths are given)
     lengths: List[int] = field(default_factory=list)  # generated tokens of each pool sample
     first_round_signal: Optional[bool] = None  # did round 1 alone hold unequal rewards (what GRPO would see)?
+    first_round: Optional[int] = None  # this prompt's own first round size (history); None: the configured one
+    cancelled: int = 0  # requests cancelled (started, never came back)
+    cancelled_tokens: int = 0  # tokens those requests had generated (included in `tokens`)
+    discarded: int = 0  # samples that came back after the stop, or beyond the request-order run: not in the pool
+    _open: Optional[_Round] = None
+    _schedule: Optional[List[int]] = None
     _selected: Optional[List[int]] = None
     _sum: float = 0.0
     _sumsq: float = 0.0
 
     # -- feeding ------------------------------------------------------------------------------------------------
     def next_round_size(self) -> int:
-        return self.config.m_first if self.rounds == 0 else self.config.m
+        """Requests of the next round (0: the per-prompt cap is used up)."""
+        if self.first_round is None:
+            return self.config.m_first if self.rounds == 0 else self.config.m
+        if self._schedule is None:
+            self._schedule = round_schedule(self.first_round, self.config.max_samples, self.config.max_rounds)
+        return self._schedule[self.rounds] if self.rounds < len(self._schedule) else 0
 
     def add_round(
         self, scores: Sequence, rewards: Sequence, items: Optional[Sequence] = None, lengths: Optional[Sequence] = None
     ) -> None:
+        """A whole round at once, samples in request order; the exit rule is checked after it."""
         if self.done:
             raise ValueError("add_round on a prompt that is already done (resolved or out of rounds)")
+        if self._open is not None:
+            raise ValueError("add_round while a round fed sample by sample is open; call end_round first")
         if len(scores) != len(rewards) or (items is not None and len(items) != len(scores)):
             raise ValueError(
                 f"add_round: scores ({len(scores)}), rewards ({len(rewards)}) and items "
@@ -174,20 +240,106 @@ class PromptPool:
         self.rounds += 1
         self.samples += len(scores)
         self.tokens += sum(lengths)
-        valid = []
-        for s, r, it, L in zip(scores, rewards, items, lengths):
-            if r is None or s is None or not math.isfinite(float(r)) or not math.isfinite(float(s)):
-                self.failed += 1
-                continue
-            s, r = float(s), float(r)
-            valid.append(r)
-            self.scores.append(s)
-            self.rewards.append(r)
-            self.items.append(it)
-            self.lengths.append(L)
-            self.num_pos += s > self.config.positive_threshold
-            self._sum += r
-            self._sumsq += r * r
+        valid = [r for r in (self._admit(s, r, it, L) for s, r, it, L in zip(scores, rewards, items, lengths))
+                 if r is not None]
+        self._close_round(valid)
+
+    def start_round(self) -> int:
+        """Open the next round for per-sample feeding; returns how many requests to send."""
+        if self._open is not None:
+            raise ValueError("start_round while a round is open; call end_round first")
+        if self.done:
+            raise ValueError("start_round on a prompt that is already done (resolved or out of rounds)")
+        size = self.next_round_size()
+        self.rounds += 1
+        self.samples += size
+        self._open = _Round(size)
+        return size
+
+    def add_sample(self, index: int, score, reward, item: Any = None, length: int = 0) -> bool:
+        """One sample of the open round came back (request `index` of the round; failed: reward None). Returns True
+        when this prompt's outstanding requests of the round should be cancelled (config.cancel and the exit rule
+        holds; from then on every late sample is discarded and True is returned again)."""
+        rnd = self._open
+        if rnd is None:
+            raise ValueError("add_sample without an open round; call start_round first")
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < rnd.size or index in rnd.arrived:
+            raise ValueError(f"add_sample: index={index!r} is invalid; accepted values: request indices 0..{rnd.size - 1} "
+                             f"of this round not yet returned (returned: {sorted(rnd.arrived)})")
+        rnd.arrived.add(index)
+        self.tokens += int(length)
+        if rnd.stopped:
+            self.discarded += 1
+            return True
+        rnd.waiting[index] = (score, reward, item, int(length))
+        if not self.config.cancel:
+            return False  # admitted in request order by end_round
+        if self.config.cancel_order == "arrival":
+            self._admit_checked(rnd, index)
+        else:
+            while rnd.next_index in rnd.waiting and not rnd.stopped:
+                self._admit_checked(rnd, rnd.next_index)
+                rnd.next_index += 1
+        if rnd.stopped:
+            self.discarded += len(rnd.waiting)  # finished beyond the request-order run: not in the pool
+            rnd.waiting.clear()
+        return rnd.stopped
+
+    def end_round(self, cancelled_tokens: int = 0) -> None:
+        """Close the open round: every request came back, or the prompt stopped and the rest were cancelled, having
+        generated `cancelled_tokens` tokens between them (counted as generated)."""
+        rnd = self._open
+        if rnd is None:
+            raise ValueError("end_round without an open round")
+        missing = rnd.size - len(rnd.arrived)
+        if missing and not rnd.stopped:
+            raise ValueError(f"end_round: {missing} of the round's {rnd.size} requests never came back and the prompt "
+                             "did not stop; report each request (a failed one with reward None) before end_round")
+        check_int("cancelled_tokens", cancelled_tokens, 0)
+        if cancelled_tokens and not missing:
+            raise ValueError(f"end_round: cancelled_tokens={cancelled_tokens} but no request was cancelled")
+        for index in sorted(rnd.waiting):  # cancel off: the whole round in request order
+            self._admit_into(rnd, index)
+        rnd.waiting.clear()
+        self.cancelled += missing
+        self.cancelled_tokens += cancelled_tokens
+        self.tokens += cancelled_tokens
+        self._open = None
+        self._close_round(rnd.valid)
+
+    @property
+    def should_cancel(self) -> bool:
+        """The open round's outstanding requests should be cancelled (the prompt stopped in it)."""
+        return self._open is not None and self._open.stopped
+
+    def _admit(self, s, r, it, L) -> Optional[float]:
+        """Put one sample into the pool (a failed one only into `failed`); its reward, or None when failed."""
+        if r is None or s is None or not math.isfinite(float(r)) or not math.isfinite(float(s)):
+            self.failed += 1
+            return None
+        s, r = float(s), float(r)
+        self.scores.append(s)
+        self.rewards.append(r)
+        self.items.append(it)
+        self.lengths.append(L)
+        self.num_pos += s > self.config.positive_threshold
+        self._sum += r
+        self._sumsq += r * r
+        return r
+
+    def _admit_into(self, rnd: _Round, index: int) -> None:
+        r = self._admit(*rnd.waiting.pop(index))
+        if r is not None:
+            rnd.valid.append(r)
+
+    def _admit_checked(self, rnd: _Round, index: int) -> None:
+        """Admit a sample mid-round (cancel on) and stop the round when the prompt is now resolved."""
+        self._admit_into(rnd, index)
+        if self.round_resolved is None and self.exit_rule_holds and self.can_form_group:
+            self.round_resolved = self.rounds
+            rnd.stopped = True
+
+    def _close_round(self, valid: List[float]) -> None:
         if self.rounds == 1:
             self.first_round_signal = len(set(valid)) > 1
         # A pool that meets the rule but holds fewer than n samples (pos mode with a small first round, or failed
@@ -214,8 +366,11 @@ class PromptPool:
 
     @property
     def done(self) -> bool:
-        """No more rounds: resolved, or max_rounds used."""
-        return self.resolved or self.rounds >= self.config.max_rounds
+        """No more rounds: resolved, or max_rounds (or the per-prompt cap) used; never while a round is open."""
+        if self._open is not None:
+            return False
+        return self.resolved or self.rounds >= self.config.max_rounds or (
+            self.first_round is not None and self.next_round_size() == 0)
 
     @property
     def can_form_group(self) -> bool:
@@ -261,10 +416,12 @@ class PromptPool:
         return list(self._selected)
 
 
-def step_metrics(pools: Sequence[PromptPool], max_rounds: int) -> dict:
+def step_metrics(pools: Sequence[PromptPool], max_rounds: int, skipped: int = 0) -> dict:
     """Spec section 3 metrics for one step, from the pools of every prompt processed in it (dropped and failed
     prompts included). A kept group has non-zero advantage unless its rewards are all equal; eta is the share of
-    generated tokens that belong to kept samples of such groups."""
+    generated tokens that belong to kept samples of such groups (tokens of cancelled requests included).
+    With --ada.cancel or --ada.history on, also: cancelled requests and their tokens, discarded samples, and
+    `skipped` (prompts the history skipped this step; they have no pool)."""
     if not pools:
         return {}
     P = len(pools)
@@ -294,6 +451,12 @@ def step_metrics(pools: Sequence[PromptPool], max_rounds: int) -> dict:
     }
     for k in range(1, max_rounds + 1):
         metrics[f"ada/resolved_at_round_{k}"] = sum(pool.round_resolved == k for pool in pools) / P
+    if any(pool.config.cancel or pool.config.history for pool in pools):
+        metrics["ada/cancelled_requests"] = float(sum(pool.cancelled for pool in pools))
+        metrics["ada/cancelled_tokens"] = float(sum(pool.cancelled_tokens for pool in pools))
+        metrics["ada/discarded_samples"] = float(sum(pool.discarded for pool in pools))
+        metrics["ada/skipped_prompts"] = float(skipped)
+        metrics["ada/skipped_share"] = skipped / (skipped + P)
     return metrics
 
 
@@ -311,6 +474,13 @@ class SimResult:
     num_pos: int
     num_neg: int
     round_resolved: Optional[int]
+    # with lengths, cancel or history (defaults otherwise):
+    tokens: int = 0  # generated tokens, cancelled requests' partial tokens included
+    cancelled: int = 0  # requests cancelled
+    discarded: int = 0  # samples that came back but did not enter the pool
+    finished: Tuple[int, ...] = ()  # stream indices of the samples that came back, in arrival order
+    first_round: Optional[int] = None  # size of the first round drawn (None: skipped)
+    skipped: bool = False  # skipped by the history (nothing drawn)
 
 
 def simulate(
@@ -325,10 +495,28 @@ def simulate(
     unresolved: str = "keep",
     selection: str = "first",
     seed: int = 0,
+    length_streams: Optional[Sequence[Sequence[int]]] = None,
+    cancel: bool = False,
+    cancel_order: str = "arrival",
+    history: Optional[PromptHistory] = None,
+    prompt_keys: Optional[Sequence[str]] = None,
+    epoch: int = 0,
 ) -> List[SimResult]:
     """Run the per-prompt procedure on given reward sequences (stream p = the rewards prompt p would produce, in
     generation order; each round takes the next round-size values; rewards double as scores). Drives PromptPool.
-    A stream too short for the rounds the prompt needs is a ValueError."""
+    A stream too short for the rounds the prompt needs is a ValueError.
+
+    `length_streams` (same shape): each sample's response length in tokens, counted in `tokens`.
+    `cancel` (needs lengths): the round's requests all start together and decode at the same token rate, so request
+    j finishes at time L_j (ties in request order); samples are fed to the pool in that order, and at the sample that
+    resolves the prompt every outstanding request is cancelled, having generated as many tokens as that sample
+    (verifier time is not modelled). Cancelled requests still consume their stream values, so every setting reads
+    the same outcomes. `history`: a PromptHistory for `epoch`, keyed by `prompt_keys` (default: the stream
+    position); each prompt is skipped or gets its first round from it, and its outcome is recorded into it (the
+    history is updated in place). Its config gives the target / skip / window."""
+    if cancel and length_streams is None:
+        raise ValueError("simulate(cancel=True) needs length_streams: samples arrive in the order of their lengths")
+    hist = history.config if history is not None else HistoryConfig()
     config = AdaConfig(
         n=n,
         mode=mode,
@@ -339,20 +527,47 @@ def simulate(
         unresolved=unresolved,
         selection=selection,
         seed=seed,
+        cancel=bool(cancel),
+        cancel_order=cancel_order,
+        history=history is not None,
+        history_target=hist.target,
+        history_skip=hist.skip,
+        history_window=hist.window,
     )
+    if prompt_keys is not None and len(prompt_keys) != len(reward_streams):
+        raise ValueError(f"prompt_keys has {len(prompt_keys)} keys for {len(reward_streams)} reward streams")
     results = []
     for p, stream in enumerate(reward_streams):
-        pool = PromptPool(config, rng=make_rng(seed, p))
-        pos = 0
+        key = str(prompt_keys[p]) if prompt_keys is not None else str(p)
+        first = None
+        if history is not None:
+            plan = history.plan(key, epoch, n=n, cap=config.max_samples, seed=seed)
+            if plan.skip:
+                results.append(SimResult(0, 0, False, [], 0.0, 1.0, "skipped", 0, 0, None, skipped=True))
+                continue
+            first = plan.first_round
+        lens = length_streams[p] if length_streams is not None else None
+        pool = PromptPool(config, rng=make_rng(seed, p), first_round=first)
+        pos, finished, first_drawn = 0, [], None
         while not pool.done:
             size = pool.next_round_size()
+            first_drawn = size if first_drawn is None else first_drawn
             chunk = list(stream[pos : pos + size])
-            if len(chunk) < size:
+            if len(chunk) < size or (lens is not None and len(lens) < pos + size):
                 raise ValueError(
-                    f"reward_streams[{p}] has {len(stream)} rewards; round {pool.rounds + 1} needs {pos + size}"
+                    f"reward_streams[{p}] has {len(stream)} rewards"
+                    + (f" and length_streams[{p}] {len(lens)} lengths" if lens is not None else "")
+                    + f"; round {pool.rounds + 1} needs {pos + size}"
                 )
-            pool.add_round(chunk, chunk, items=range(pos, pos + size))
+            if cancel:
+                finished += _stream_round(pool, chunk, list(lens[pos : pos + size]), pos)
+            else:
+                pool.add_round(chunk, chunk, items=range(pos, pos + size),
+                               lengths=None if lens is None else lens[pos : pos + size])
+                finished += range(pos, pos + size)
             pos += size
+        if history is not None:
+            history.record(key, epoch, pool.num_pos, pool.num_neg)
         results.append(
             SimResult(
                 samples=pool.samples,
@@ -365,6 +580,26 @@ def simulate(
                 num_pos=pool.num_pos,
                 num_neg=pool.num_neg,
                 round_resolved=pool.round_resolved,
+                tokens=pool.tokens,
+                cancelled=pool.cancelled,
+                discarded=pool.discarded,
+                finished=tuple(finished),
+                first_round=first_drawn,
             )
         )
     return results
+
+
+def _stream_round(pool: PromptPool, chunk: List[float], lens: List[int], offset: int) -> List[int]:
+    """One round under the simulator's timing model: all requests start together at the same token rate, request
+    j finishes at time lens[j] (ties in request order). Feeds the pool in finishing order until it says cancel;
+    each outstanding request has then generated as many tokens as the sample that stopped the prompt. Returns the
+    stream indices that came back, in arrival order."""
+    size = pool.start_round()
+    order = sorted(range(size), key=lambda j: (int(lens[j]), j))
+    for rank, j in enumerate(order):
+        if pool.add_sample(j, chunk[j], chunk[j], item=offset + j, length=int(lens[j])):
+            pool.end_round(cancelled_tokens=int(lens[j]) * (size - rank - 1))
+            return [offset + i for i in order[: rank + 1]]
+    pool.end_round()
+    return [offset + i for i in order]
