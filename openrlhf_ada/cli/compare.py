@@ -1,8 +1,17 @@
 """``python -m openrlhf_ada.cli.compare RUN [RUN ...]``: compare training runs from their per-step metrics.
 
-A RUN is a run folder holding ``metrics.jsonl`` (what both trainers write, see ``openrlhf_ada.utils.metrics_log``), the
-JSONL file itself, or a wandb run ``wandb:ENTITY/PROJECT/RUN_ID`` (needs the ``wandb`` package, credentials and
-network; checked up front, so an offline machine gets an error within seconds instead of a hang).
+A RUN is one of
+
+- a run folder holding ``metrics.jsonl`` (what both trainers write, see ``openrlhf_ada.utils.metrics_log``), or the
+  JSONL file itself;
+- a wandb run on this machine, as ``WANDB_MODE=offline`` leaves it: a ``wandb/offline-run-*`` folder (or an online
+  run's ``wandb/run-*`` folder), its ``run-*.wandb`` file, a ``wandb`` folder, or a folder holding ``wandb/`` and no
+  ``metrics.jsonl`` (a folder with ``metrics.jsonl`` is read from that file: the trainer's own record of the same
+  steps; pass ``DIR/wandb`` to read the wandb log instead). Of several runs in a ``wandb`` folder the latest (by the
+  start time in the folder name) is read, with a note; a tie is an error. Read with wandb's own reader of the
+  ``.wandb`` transaction log (``wandb leet inspect --json``), so a laptop run compares without uploading;
+- a run on the wandb server, ``wandb:ENTITY/PROJECT/RUN_ID`` (needs the ``wandb`` package, credentials and network;
+  checked up front, so an offline machine gets an error within seconds instead of a hang).
 
 Writes into ``--out`` (default ``docs/compare``):
 
@@ -26,9 +35,16 @@ of ``generated_tokens``, which upstream-only rows give as ``rollout/response_len
 from __future__ import annotations
 
 import argparse
+import glob
+import importlib.util
+import json
+import math
 import os
+import re
 import socket
+import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 from urllib.parse import urlparse
@@ -80,6 +96,7 @@ class Run:
     name: str
     source: str
     rows: List[dict] = field(default_factory=list)  # step order; standard keys only (plus "step")
+    notes: List[str] = field(default_factory=list)  # what the reader chose or found incomplete; printed by main
 
     def series(self, x: str, y: str) -> Tuple[List[float], List[float]]:
         xs, ys = [], []
@@ -119,7 +136,8 @@ def read_local(source: str) -> List[dict]:
             raise CompareError(f"{source}: no metrics.jsonl in this folder (expected {path}); pass a run folder "
                                "written by the trainers, or the JSONL file itself")
     elif not os.path.isfile(path):
-        raise CompareError(f"{source}: no such file or folder")
+        raise CompareError(f"{source}: no such file or folder (a RUN is a run folder, its metrics.jsonl, a wandb "
+                           "run folder or .wandb file, or wandb:ENTITY/PROJECT/RUN_ID for a run on the wandb server)")
     try:
         raw = read_metrics(path)  # its errors name the file and the line
     except ValueError as e:
@@ -127,6 +145,201 @@ def read_local(source: str) -> List[dict]:
     if not raw:
         raise CompareError(f"{path}: no rows (an empty metrics file; did the run log a step?)")
     return _standardize(raw, path)
+
+
+def _rows_by_step(history: Sequence[dict], source: str) -> List[dict]:
+    """Standard rows, one per training step, from wandb history rows (online or from a .wandb log). The step is
+    upstream's ``train/global_step`` (``eval/global_step`` on its eval rows) where logged, else wandb's ``_step``
+    (train_local logs with ``step=``); wandb logs train and eval at the same step in separate rows, which are
+    merged."""
+    raw = []
+    for row in history:
+        row = dict(row)
+        step = next((row[k] for k in ("train/global_step", "global_step", "eval/global_step", "_step")
+                     if row.get(k) is not None), None)
+        if step is None:
+            continue
+        row["step"] = step
+        raw.append(row)
+    if not raw:
+        raise CompareError(f"{source}: the run has no logged steps")
+    by_step = {}
+    for row in _standardize(raw, source):
+        merged = by_step.setdefault(row["step"], {"step": row["step"]})
+        merged.update({k: v for k, v in row.items() if v is not None})
+    return [by_step[k] for k in sorted(by_step)]
+
+
+# -- wandb runs on this machine (WANDB_MODE=offline) ---------------------------------------------------------------
+# How wandb.init names a run's folder: offline-run-YYYYMMDD_HHMMSS-ID offline, run-YYYYMMDD_HHMMSS-ID online.
+WANDB_RUN_DIR = re.compile(r"^(offline-)?run-(\d{8}_\d{6})-([A-Za-z0-9_-]+)$")
+WANDB_READ_TIMEOUT = 300.0  # seconds for wandb's reader on one log; it reads a local file, this only bounds a hang
+_NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}  # how the JSON reader writes them
+
+
+def _latest_run_log(source: str, wandb_dir: str, folders: List[str]) -> Tuple[str, List[str]]:
+    """The .wandb log of the newest run folder (by the start time wandb puts in its name); several runs give a note
+    naming the others, two newest with the same start second are ambiguous."""
+    folders = sorted(folders, key=lambda d: WANDB_RUN_DIR.match(d).group(2))
+    newest = WANDB_RUN_DIR.match(folders[-1]).group(2)
+    tied = [d for d in folders if WANDB_RUN_DIR.match(d).group(2) == newest]
+    if len(tied) > 1:
+        raise CompareError(f"{source}: ambiguous: {len(tied)} wandb runs started in the same second in {wandb_dir} "
+                           f"({', '.join(tied)}); pass the run folder to read, e.g. "
+                           f"{os.path.join(wandb_dir, tied[-1])}")
+    chosen = os.path.join(wandb_dir, folders[-1])
+    logs = glob.glob(os.path.join(glob.escape(chosen), "run-*.wandb"))
+    if len(logs) != 1:
+        raise CompareError(_no_log_message(chosen, logs))
+    notes = []
+    if len(folders) > 1:
+        notes.append(f"{source}: read the latest of {len(folders)} wandb runs, {folders[-1]}; not read: "
+                     f"{', '.join(folders[:-1])} (pass a run folder to read another; a resumed train_local run "
+                     "starts a new wandb run, its metrics.jsonl holds every step)")
+    return logs[0], notes
+
+
+def _no_log_message(folder: str, logs: List[str]) -> str:
+    if logs:
+        return (f"{folder}: {len(logs)} .wandb logs in one run folder ({', '.join(map(os.path.basename, logs))}); "
+                "pass the one to read")
+    return (f"{folder}: a wandb run folder without its run-*.wandb log (removed by `wandb sync --clean` or "
+            "`wandb clean`, or the run never started logging); compare the run's metrics.jsonl instead, or "
+            "wandb:ENTITY/PROJECT/RUN_ID if it was synced")
+
+
+def find_wandb_log(source: str) -> Optional[Tuple[str, List[str]]]:
+    """The ``run-*.wandb`` log a local RUN points at, with notes on the choice; None when the RUN is read from a
+    metrics.jsonl (a JSONL file, a folder holding metrics.jsonl, or a path that does not exist: read_local names
+    it). Looks in the folder itself (a run folder), in its run folders (a ``wandb`` folder) and in its ``wandb/`` or
+    ``.wandb/`` (a folder wandb.init was given as ``dir``)."""
+    if os.path.isfile(source):
+        return (source, []) if source.endswith(".wandb") else None
+    if not os.path.isdir(source) or os.path.isfile(os.path.join(source, "metrics.jsonl")):
+        return None
+    logs = sorted(glob.glob(os.path.join(glob.escape(source), "run-*.wandb")))
+    if logs or WANDB_RUN_DIR.match(os.path.basename(os.path.normpath(os.path.abspath(source)))):
+        if len(logs) != 1:
+            raise CompareError(_no_log_message(source, logs))
+        return logs[0], []
+    for wandb_dir in (source, os.path.join(source, "wandb"), os.path.join(source, ".wandb")):
+        if os.path.isdir(wandb_dir):
+            folders = [d for d in os.listdir(wandb_dir)
+                       if WANDB_RUN_DIR.match(d) and os.path.isdir(os.path.join(wandb_dir, d))]
+            if folders:
+                return _latest_run_log(source, wandb_dir, folders)
+    raise CompareError(f"{source}: no run in this folder: no metrics.jsonl, no run-*.wandb, no wandb/offline-run-* "
+                       "folder; pass a run folder written by the trainers, a wandb run folder (wandb/offline-run-*), "
+                       "or wandb:ENTITY/PROJECT/RUN_ID for a run on the wandb server")
+
+
+def _wandb_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("wandb")
+    except Exception:
+        return "?"
+
+
+@dataclass
+class WandbLog:
+    """What a run's .wandb log holds that compare uses: its history rows as logged (keys unchanged, non-finite
+    values as floats), the run's name and id, whether it ended (an exit record), and what wandb's reader said."""
+
+    name: Optional[str]
+    run_id: Optional[str]
+    history: List[dict]
+    finished: bool
+    said: str
+
+
+def read_wandb_history(log: str, timeout: float = WANDB_READ_TIMEOUT) -> WandbLog:
+    """Read a local ``run-*.wandb`` transaction log with wandb's own reader, ``wandb leet inspect --json`` (one JSON
+    object per record; wandb 0.31 has no Python reader of the format any more), run in a scratch folder so that
+    wandb's CLI leaves its debug log there and, offline, uploads nothing. Checks the file's header first (an empty
+    or foreign file gives a clear error without starting wandb); a log with damaged records is an error, not a
+    partial curve."""
+    if importlib.util.find_spec("wandb") is None:
+        raise CompareError(f"{log}: reading a .wandb log needs the wandb package (pip install wandb); or compare the "
+                           "run's metrics.jsonl")
+    if os.path.getsize(log) == 0:
+        raise CompareError(f"{log}: empty (0 bytes): the run wrote nothing to its wandb log; compare its "
+                           "metrics.jsonl instead")
+    with open(log, "rb") as f:
+        if f.read(4) != b":W&B":
+            raise CompareError(f"{log}: not a wandb transaction log (it does not start with wandb's ':W&B' header); "
+                               "pass a run-*.wandb file, its wandb/offline-run-* folder, or a metrics.jsonl")
+    with tempfile.TemporaryDirectory(prefix="compare-wandb-") as scratch:
+        os.makedirs(os.path.join(scratch, "wandb"))  # wandb's CLI writes debug-cli.<user>.log into ./wandb
+        env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": scratch, "WANDB_ERROR_REPORTING": "false"}
+        try:
+            proc = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", os.path.abspath(log)],
+                                  cwd=scratch, env=env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise CompareError(f"{log}: wandb's reader (wandb leet inspect) did not finish in {timeout:.0f} s") from None
+    said = " ".join(proc.stderr.split())[-500:]
+    if proc.returncode != 0:
+        raise CompareError(f"{log}: wandb {_wandb_version()} could not read it ({said or f'exit {proc.returncode}'}); "
+                           "reading .wandb logs needs `wandb leet inspect --json` (wandb 0.31 has it); or compare the "
+                           "run's metrics.jsonl")
+    if "corrupt" in said.lower():
+        raise CompareError(f"{log}: corrupt: wandb's reader skipped damaged records ({said}); the steps it could read "
+                           "would misrepresent the run. Compare the run's metrics.jsonl (train_local writes one next "
+                           "to wandb/), or wandb:ENTITY/PROJECT/RUN_ID if the run was synced")
+    out = WandbLog(None, None, [], False, said)
+    records = 0
+    for number, line in enumerate(proc.stdout.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            raise CompareError(f"{log}: wandb {_wandb_version()}'s reader printed a line that is not JSON (line "
+                               f"{number}: {line[:120]!r}); compare the run's metrics.jsonl instead") from None
+        records += 1
+        kind = record.get("type")
+        if kind == "run":
+            run = record.get("run") or {}
+            out.name, out.run_id = run.get("display_name") or out.name, run.get("run_id") or out.run_id
+        elif kind == "history":
+            body = record.get("history") or {}
+            row = {k: _NON_FINITE.get(v, v) if isinstance(v, str) else v for k, v in (body.get("item") or {}).items()}
+            if row.get("_step") is None and (body.get("step") or {}).get("num") is not None:
+                row["_step"] = int(body["step"]["num"])
+            out.history.append(row)
+        elif kind == "exit":
+            out.finished = True
+    if not records:
+        raise CompareError(f"{log}: wandb's reader found no records in it (a run stopped right after it started?); "
+                           "compare its metrics.jsonl instead")
+    return out
+
+
+def read_wandb_log(source: str, log: str, timeout: float = WANDB_READ_TIMEOUT) -> Tuple[str, List[dict], List[str]]:
+    """Standard rows of a wandb run from its local .wandb log, the run's display name, and notes (a run that did
+    not end: still running or interrupted, its steps so far are read)."""
+    got = read_wandb_history(log, timeout)
+    if not got.history:
+        raise CompareError(f"{log}: the run has no logged steps (no history records); did it finish a step?")
+    rows = _rows_by_step(got.history, log)
+    notes = []
+    if not got.finished:
+        notes.append(f"{log}: no exit record: the run was still running or was interrupted; read the "
+                     f"{len(rows)} steps it logged" + (f" (wandb: {got.said})" if got.said else ""))
+    elif got.said:
+        notes.append(f"{log}: wandb's reader said: {got.said}")
+    return got.name or got.run_id or os.path.basename(os.path.dirname(os.path.abspath(log))), rows, notes
+
+
+def _local_copy_hint(run_id: str) -> str:
+    """Where a run with this id lies on this machine (a wandb folder under the working directory), for errors about
+    a wandb: source that cannot be read from the server."""
+    found = [d for folder in ("wandb", ".wandb") for d in glob.glob(os.path.join(folder, f"*run-*-{glob.escape(run_id)}"))
+             if WANDB_RUN_DIR.match(os.path.basename(d))]
+    if found:
+        return f"; this machine has it locally: pass {' or '.join(sorted(found))}"
+    return f"; a run logged on this machine with WANDB_MODE=offline is read from its folder, wandb/offline-run-*-{run_id}"
 
 
 def _wandb_host() -> str:
@@ -151,6 +364,7 @@ def read_wandb(source: str, timeout: float = 10.0) -> Tuple[str, List[dict]]:
     path = source[len("wandb:"):].strip("/")
     if path.count("/") != 2 or not all(path.split("/")):
         raise CompareError(f"{source}: expected wandb:ENTITY/PROJECT/RUN_ID")
+    run_id = path.rsplit("/", 1)[-1]
     try:
         import wandb
     except ImportError:
@@ -159,48 +373,42 @@ def read_wandb(source: str, timeout: float = 10.0) -> Tuple[str, List[dict]]:
     mode = os.environ.get("WANDB_MODE", "").lower()
     if mode in ("offline", "disabled", "dryrun"):
         raise CompareError(f"{source}: WANDB_MODE={mode}: reading a run needs the wandb server; unset WANDB_MODE or "
-                           "compare local metrics.jsonl files")
+                           "compare local metrics.jsonl files" + _local_copy_hint(run_id))
     host = _wandb_host()
     if not _wandb_has_key(host):
-        raise CompareError(f"{source}: no wandb credentials for {host} (set WANDB_API_KEY or run `wandb login`)")
+        raise CompareError(f"{source}: no wandb credentials for {host} (set WANDB_API_KEY or run `wandb login`)"
+                           + _local_copy_hint(run_id))
     try:
         socket.create_connection((host, 443), timeout=min(timeout, 5.0)).close()
     except OSError as e:
         raise CompareError(f"{source}: cannot reach {host}:443 ({e}); offline? compare local metrics.jsonl files "
-                           "instead") from None
+                           "instead" + _local_copy_hint(run_id)) from None
     try:
         run = wandb.Api(timeout=timeout).run(path)
         history = list(run.scan_history(page_size=1000))
         name = run.name or path.rsplit("/", 1)[-1]
     except Exception as e:  # wandb raises its own CommError/ValueError/HTTP errors: one clear message for all
         raise CompareError(f"{source}: wandb could not return the run ({type(e).__name__}: {e})") from None
-    raw = []
-    for row in history:
-        row = dict(row)
-        step = row.get("train/global_step", row.get("global_step", row.get("_step")))
-        if step is None:
-            continue
-        row["step"] = step
-        raw.append(row)
-    if not raw:
-        raise CompareError(f"{source}: the run has no logged steps")
-    by_step = {}
-    for row in _standardize(raw, source):  # wandb logs train and eval at the same step in separate rows: merge
-        merged = by_step.setdefault(row["step"], {"step": row["step"]})
-        merged.update({k: v for k, v in row.items() if v is not None})
-    return name, [by_step[k] for k in sorted(by_step)]
+    return name, _rows_by_step(history, source)
 
 
 def load_runs(sources: Sequence[str], names: Optional[Sequence[str]] = None, wandb_timeout: float = 10.0) -> List[Run]:
     if names is not None and len(names) != len(sources):
         raise CompareError(f"--names got {len(names)} names for {len(sources)} runs; give one name per run")
+    # which .wandb log each local wandb source means, for all sources before reading any (a wrong path fails fast)
+    logs = [None if source.startswith("wandb:") else find_wandb_log(source) for source in sources]
     runs = []
     for i, source in enumerate(sources):
+        notes: List[str] = []
         if source.startswith("wandb:"):
             default, rows = read_wandb(source, wandb_timeout)
-        else:
+        elif logs[i] is None:
             default, rows = _default_name(source), read_local(source)
-        runs.append(Run(names[i] if names else default, source, rows))
+        else:
+            log, notes = logs[i]
+            default, rows, more = read_wandb_log(source, log)
+            notes = notes + more
+        runs.append(Run(names[i] if names else default, source, rows, notes))
     seen: Dict[str, int] = {}
     for run in runs:  # distinct legend entries
         seen[run.name] = seen.get(run.name, 0) + 1
@@ -348,8 +556,10 @@ def build_parser() -> argparse.ArgumentParser:
                "(rollout/reward_mean, ada_eta, ada_samples_per_prompt_mean, ada_resolved_share, a train/ prefix, ...).",
     )
     parser.add_argument("runs", nargs="+", metavar="RUN",
-                        help="a run folder containing metrics.jsonl, a metrics JSONL file, or "
-                             "wandb:ENTITY/PROJECT/RUN_ID (needs wandb, credentials and network)")
+                        help="a run folder containing metrics.jsonl, a metrics JSONL file, a wandb run on this "
+                             "machine (a wandb/offline-run-* folder as WANDB_MODE=offline writes it, its "
+                             "run-*.wandb file, or a folder holding wandb/ and no metrics.jsonl: the latest run), "
+                             "or wandb:ENTITY/PROJECT/RUN_ID (needs wandb, credentials and network)")
     parser.add_argument("--out", default=os.path.join("docs", "compare"),
                         help="folder for the PNGs and compare.md (created if missing; files are overwritten)")
     parser.add_argument("--names", nargs="+", metavar="NAME",
@@ -373,9 +583,13 @@ def main(argv=None) -> int:
     except CompareError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
+    for run in runs:
+        for note in run.notes:
+            print(f"{PROG}: note: {note}", file=sys.stderr)
     drawn = plot(runs, args.out, args.smooth)
     table = markdown_table(runs)
-    sources = "\n".join(f"- {run.name}: `{run.source}` ({len(run.rows)} steps)" for run in runs)
+    sources = "\n".join(f"- {run.name}: `{run.source}` ({len(run.rows)} steps)"
+                        + "".join(f"\n  - note: {note}" for note in run.notes) for run in runs)
     absent = [run.name for run in runs if not run.has("resolved_share")]
     note = f"\nNot in resolved_share.png (no Reinforce-Ada metrics): {', '.join(absent)}.\n" if absent else ""
     with open(os.path.join(args.out, "compare.md"), "w", encoding="utf-8") as f:
