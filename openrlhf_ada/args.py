@@ -156,6 +156,14 @@ def validate_sizes(args) -> None:
         value = _get(args, flag)
         if value is not None and value < 1:
             raise ValueError(f"--{flag}={value}: must be >= 1")
+    n, batch, micro = (_get(args, f"rollout.{k}") for k in ("n_samples_per_prompt", "batch_size", "micro_batch_size"))
+    actors = (_get(args, "actor.num_nodes", 1) * _get(args, "actor.num_gpus_per_node", 1)
+              // _get(args, "ds.ring_attn_size", 1) // _get(args, "ds.tensor_parallel_size", 1))
+    if None not in (n, batch, micro) and n * batch // micro < actors:
+        raise ValueError(f"--rollout.n_samples_per_prompt {n} x --rollout.batch_size {batch} = {n * batch} samples "
+                         f"per step make {n * batch // micro} micro-batches of --rollout.micro_batch_size {micro}, "
+                         f"fewer than the {actors} actor process(es) that each need one: lower "
+                         "--rollout.micro_batch_size or raise the batch")
     max_len, max_new = _get(args, "data.max_len"), _get(args, "rollout.max_new_tokens")
     if max_new is not None and max_new < 1:
         raise ValueError(f"--rollout.max_new_tokens={max_new}: must be >= 1 (or unset: max_len - prompt length)")

@@ -1,11 +1,19 @@
-"""Checks of a prompt dataset before any training starts: problems that would otherwise surface hours into a run.
+"""Checks of a prompt dataset before any training starts: problems that would otherwise surface hours into a run,
+or as an error that does not say where.
 
-- a file that is empty, or a row that is not JSON: an error naming the file and line;
+- a file that is empty, a line that is not UTF-8, or a row that is not JSON: an error naming the file and line
+  (and the byte's column for UTF-8);
 - rows missing the input or label key (`--data.input_key`, `--data.label_key`): an error naming the first such row
   and the keys it has;
+- an input that is not text (null, a number, ...; with `--data.apply_chat_template` a list of chat messages is
+  text too) or a null label: an error naming the file and line (upstream would fail inside transformers, or train
+  on a label that no reward file can read);
 - prompts longer than the prompt budget (`--data.max_len - --rollout.max_new_tokens` tokens, after the chat template
   when `--data.apply_chat_template`): skipped and counted (upstream would silently cut their beginning off);
 - duplicate prompts: counted and reported (kept: repeating a prompt can be intended).
+
+Every failure is a `DataCheckError` (a ValueError) whose message is complete on its own: the trainers print it
+without a traceback.
 """
 
 from __future__ import annotations
@@ -13,10 +21,14 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Iterator, List, Optional, Tuple
 
 
-@dataclass
+class DataCheckError(ValueError):
+    """A problem in the prompt data: the message says what, where (file:line) and how to fix it."""
+
+
+@dataclass(frozen=True)
 class DataReport:
     path: str
     rows: int = 0
@@ -26,48 +38,100 @@ class DataReport:
         return f"{self.path}: {self.rows} rows; {self.duplicates} duplicate prompts (kept)"
 
 
-def check_prompt_file(path: str, input_key: str, label_key: Optional[str]) -> DataReport:
-    """Structural checks of a .jsonl/.json prompt file. Raises ValueError (what, where, how to fix)."""
+def _describe(value) -> str:
+    if value is None:
+        return "null"
+    kind = ("a boolean" if isinstance(value, bool) else "a number" if isinstance(value, (int, float)) else
+            "a list" if isinstance(value, list) else "an object" if isinstance(value, dict) else "a value")
+    return f"{kind} ({json.dumps(value)[:60]})"
+
+
+def _input_problem(value, chat_template: bool) -> Optional[str]:
+    """Why `value` cannot be a prompt, or None."""
+    if isinstance(value, str):
+        return None
+    if chat_template and isinstance(value, list) and value and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and "content" in m for m in value
+    ):
+        return None
+    if isinstance(value, list) and not chat_template:
+        return f"is {_describe(value)}: a list of chat messages needs --data.apply_chat_template"
+    return f"is {_describe(value)}, not text"
+
+
+def check_prompt_file(path: str, input_key: str, label_key: Optional[str], *,
+                      chat_template: bool = False) -> DataReport:
+    """Structural checks of a .jsonl/.json prompt file. Raises DataCheckError (what, where, how to fix)."""
     if not os.path.isfile(path):
-        raise ValueError(f"{path}: no such file")
-    report = DataReport(path)
+        raise DataCheckError(f"{path}: no such file")
+    rows = duplicates = 0
     seen = set()
-    for number, row in enumerate(_rows(path), 1):
+    for where, row in _rows(path):
         missing = [k for k in (input_key, label_key) if k and k not in row]
         if missing:
-            raise ValueError(
-                f"{path}:{number}: row has no {missing} (it has {sorted(row)}); set --data.input_key / "
+            raise DataCheckError(
+                f"{where}: row has no {missing} (it has {sorted(row)}); set --data.input_key / "
                 "--data.label_key to the file's field names"
             )
+        problem = _input_problem(row[input_key], chat_template)
+        if problem:
+            raise DataCheckError(f"{where}: the input (--data.input_key {input_key!r}) {problem}; every row "
+                                 "needs its prompt text: fix or remove the row")
+        if label_key and row[label_key] is None:
+            raise DataCheckError(f"{where}: the label (--data.label_key {label_key!r}) is null: the reward "
+                                 "file has nothing to check the answer against; fix or remove the row")
         key = json.dumps(row[input_key], sort_keys=True)
-        report.duplicates += key in seen
+        duplicates += key in seen
         seen.add(key)
-        report.rows += 1
-    if report.rows == 0:
-        raise ValueError(f"{path}: the file holds no rows; write prompts with python -m openrlhf_ada.cli.prepare_data")
-    return report
+        rows += 1
+    if rows == 0:
+        raise DataCheckError(f"{path}: the file holds no rows; write prompts with python -m openrlhf_ada.cli.prepare_data")
+    return DataReport(path, rows, duplicates)
 
 
-def _rows(path: str):
+def _decode(path: str, number: int, raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataCheckError(
+            f"{path}:{number}: not UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1} of the line): "
+            "re-save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+        ) from None
+
+
+def _rows(path: str) -> Iterator[Tuple[str, dict]]:
+    """(where, row) for every row: "file:line" for jsonl, "file, row K" for a .json list."""
     if path.endswith(".json"):
-        with open(path, encoding="utf-8") as f:
-            try:
-                data = json.load(f)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
-        yield from (data if isinstance(data, list) else [data])
+        with open(path, "rb") as f:
+            raw = f.read()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            line = raw.count(b"\n", 0, e.start) + 1
+            column = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
+            raise DataCheckError(f"{path}:{line}: not UTF-8 (byte 0x{raw[e.start]:02x} at column {column}): "
+                                 "re-save the file as UTF-8") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise DataCheckError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+        for index, row in enumerate(data if isinstance(data, list) else [data], 1):
+            if not isinstance(row, dict):
+                raise DataCheckError(f"{path}, row {index}: a row must be a JSON object, got {type(row).__name__}")
+            yield f"{path}, row {index}", row
         return
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            line = _decode(path, number, raw)
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{number}: not a JSON line ({e.msg})") from None
+                raise DataCheckError(f"{path}:{number}: not a JSON line ({e.msg})") from None
             if not isinstance(row, dict):
-                raise ValueError(f"{path}:{number}: a row must be a JSON object, got {type(row).__name__}")
-            yield row
+                raise DataCheckError(f"{path}:{number}: a row must be a JSON object, got {type(row).__name__}")
+            yield f"{path}:{number}", row
 
 
 def too_long_prompts(prompts: List[str], tokenizer, budget: int) -> List[int]:

@@ -57,6 +57,10 @@ def add_local_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--local.max_model_len", type=int, default=None,
                    help="vLLM max_model_len (default: --data.max_len, prompt + response)")
     g.add_argument("--local.engine_cpus", type=float, default=1.0, help="CPUs Ray reserves for the engine actor")
+    g.add_argument("--local.overwrite", action="store_true", default=False,
+                   help="Start over in a --local.output_dir that holds an earlier run: its metrics.jsonl is "
+                        "replaced and its checkpoint deleted (without it, such a folder is refused unless "
+                        "--ckpt.load_enable continues the run)")
 
 
 def _hub_offline() -> bool:
@@ -64,7 +68,9 @@ def _hub_offline() -> bool:
 
 
 def validate_local(args) -> None:
-    """Checks that need the local file system, before Ray or a model starts."""
+    """Checks that need the local file system, before Ray or a model starts (raise ValueError: what, where, fix)."""
+    from openrlhf_ada.data_checks import check_prompt_file
+
     model = args.actor.model_name_or_path
     if not model:
         raise ValueError("--actor.model_name_or_path is required (a local model folder)")
@@ -72,6 +78,14 @@ def validate_local(args) -> None:
         raise ValueError(f"--actor.model_name_or_path {model!r} is not a local folder and the Hugging Face hub is "
                          "offline (HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE): download it on a machine with network and "
                          "pass the folder")
+    if not args.reward.remote_url and not args.train.agent_func_path:
+        raise ValueError("train_local needs a reward function: --reward.remote_url path/to/reward.py")
+    if args.algo.advantage.estimator == "gae":
+        raise ValueError("--algo.advantage.estimator gae (upstream's default) needs a critic, which train_local does "
+                         "not train: pass --algo.advantage.estimator group_norm (GRPO; with "
+                         "--rollout.n_samples_per_prompt >= 2), dr_grpo, rloo, reinforce_baseline or reinforce")
+    if args.local.max_steps < 1:
+        raise ValueError(f"--local.max_steps={args.local.max_steps}: must be >= 1")
     data = args.data.prompt_dataset
     if not data:
         raise ValueError("--data.prompt_dataset is required (a .jsonl file; see python -m openrlhf_ada.cli.prepare_data)")
@@ -79,20 +93,44 @@ def validate_local(args) -> None:
         if not os.path.exists(path) and (_hub_offline() or path.endswith((".json", ".jsonl", ".parquet"))):
             raise ValueError(f"--data.prompt_dataset {path!r} does not exist (and no hub dataset can be fetched "
                              "offline); write one with python -m openrlhf_ada.cli.prepare_data")
-    urls = args.reward.remote_url or []
-    if urls and urls[0] != "agent" and urls[0].endswith(".py") and not os.path.isfile(urls[0]):
-        raise ValueError(f"--reward.remote_url {urls[0]!r}: reward file not found")
-    if not urls and not args.train.agent_func_path:
-        raise ValueError("train_local needs a reward function: --reward.remote_url path/to/reward.py")
-    if args.local.max_steps < 1:
-        raise ValueError(f"--local.max_steps={args.local.max_steps}: must be >= 1")
+        if os.path.isfile(path) and path.endswith((".json", ".jsonl")):
+            check_prompt_file(path, args.data.input_key, args.data.label_key,
+                              chat_template=bool(args.data.apply_chat_template))
+    check_output_dir(args)
+
+
+def check_output_dir(args) -> None:
+    """Refuse to start over an earlier run (metrics or a checkpoint) unless --ckpt.load_enable continues it or
+    --local.overwrite replaces it."""
+    from openrlhf_ada.utils.checkpoint_dir import find_checkpoint
+
+    out = args.local.output_dir
+    ckpt_root = args.ckpt.path or os.path.join(out, "ckpt")
+    if args.local.overwrite and args.ckpt.load_enable:
+        raise ValueError("--local.overwrite starts over and --ckpt.load_enable continues: pass one of them")
+    if args.local.overwrite or args.ckpt.load_enable:
+        return
+    found = []
+    metrics = os.path.join(out, "metrics.jsonl")
+    if os.path.isfile(metrics):
+        with open(metrics, "rb") as f:
+            rows = sum(1 for line in f if line.strip())
+        if rows:
+            found.append(f"{metrics} with {rows} rows")
+    checkpoint = find_checkpoint(ckpt_root)
+    if checkpoint:
+        found.append(f"a checkpoint in {checkpoint}")
+    if found:
+        raise ValueError(f"--local.output_dir {out!r} holds an earlier run ({'; '.join(found)}): pass "
+                         "--ckpt.load_enable to continue it, --local.overwrite to start over (replaces them), or "
+                         "another --local.output_dir")
 
 
 def local_config(args) -> LocalConfig:
     loc = args.local
     return LocalConfig(engine=loc.engine, max_steps=loc.max_steps, output_dir=loc.output_dir,
                        advantage_sign=loc.advantage_sign, gpu_memory_utilization=loc.gpu_memory_utilization,
-                       max_model_len=loc.max_model_len, engine_cpus=loc.engine_cpus)
+                       max_model_len=loc.max_model_len, engine_cpus=loc.engine_cpus, overwrite=loc.overwrite)
 
 
 def parse_local_args(argv):
@@ -128,15 +166,17 @@ def load_prompts(args, strategy, tokenizer):
     from openrlhf.datasets import PromptDataset
     from openrlhf.datasets.utils import blending_datasets
 
-    from openrlhf_ada.data_checks import check_prompt_file, too_long_prompts
+    from openrlhf_ada.data_checks import DataCheckError, check_prompt_file, too_long_prompts
 
-    reports = [check_prompt_file(path, args.data.input_key, args.data.label_key)
-               for path in args.data.prompt_dataset.split(",") if os.path.isfile(path)]
+    reports = [check_prompt_file(path, args.data.input_key, args.data.label_key,
+                                 chat_template=bool(args.data.apply_chat_template))
+               for path in args.data.prompt_dataset.split(",")
+               if os.path.isfile(path) and path.endswith((".json", ".jsonl"))]
     data = blending_datasets(args.data.prompt_dataset, args.data.prompt_probs, strategy, args.train.seed,
                              max_count=args.data.max_samples, dataset_split=args.data.prompt_split)
     data = data.select(range(min(args.data.max_samples, len(data))))
     if len(data) == 0:
-        raise ValueError(f"--data.prompt_dataset {args.data.prompt_dataset!r} holds no rows")
+        raise DataCheckError(f"--data.prompt_dataset {args.data.prompt_dataset!r} holds no rows")
     dataset = PromptDataset(data, tokenizer, strategy, input_template=args.data.input_template)
     budget = args.data.max_len - args.rollout.max_new_tokens
     skipped = set(too_long_prompts(dataset.prompts, tokenizer, budget))
@@ -148,7 +188,9 @@ def load_prompts(args, strategy, tokenizer):
     print(f"[train_local] {len(dataset)} prompts; {len(skipped)} skipped as longer than {budget} tokens "
           f"(--data.max_len {args.data.max_len} - --rollout.max_new_tokens {args.rollout.max_new_tokens})")
     if len(dataset) == 0:
-        raise ValueError(f"every prompt is longer than {budget} tokens: raise --data.max_len")
+        raise DataCheckError(f"every prompt of --data.prompt_dataset is longer than {budget} tokens (--data.max_len "
+                             f"{args.data.max_len} - --rollout.max_new_tokens {args.rollout.max_new_tokens}): raise "
+                             "--data.max_len")
     return dataset
 
 
@@ -188,7 +230,14 @@ def run(args) -> dict:
 
 
 def main(argv=None) -> None:
-    run(parse_local_args(list(sys.argv[1:] if argv is None else argv)))
+    from openrlhf_ada.data_checks import DataCheckError
+
+    args = parse_local_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        run(args)
+    except DataCheckError as e:  # a data problem: what and where, not a traceback
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

@@ -9,6 +9,13 @@ One step, read top to bottom in `LocalTrainer.step`:
 4. the engine loads the new weights (a safetensors file), metrics go to JSONL / tensorboard / wandb, and a checkpoint
    is written every `--ckpt.save_steps` steps and at the end. Resuming restores weights, optimizer, data position
    and sampler state, so the same seed gives the same samples.
+
+A checkpoint only ever describes a completed step: the trainer keeps the small per-step state (`StepState`: step,
+data position, sampler step, RNG, signal checks) as it was when the last step completed, and knows whether the
+model or optimizer have been touched since. After a failure or a second signal it writes that step's checkpoint only
+when the model is still exactly as that step left it (a failure while generating or scoring); when the failed step
+had already started the update, the previous checkpoint is left as it was. Replacing a checkpoint is crash-safe
+(openrlhf_ada.utils.checkpoint_dir).
 """
 
 from __future__ import annotations
@@ -18,9 +25,10 @@ import math
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -35,7 +43,9 @@ from tqdm import tqdm
 
 from openrlhf_ada.trainer.ppo_utils.experience_maker import AdaExperienceMaker
 from openrlhf_ada.trainer.ppo_utils.samples_generator import AdaSamplesGenerator
+from openrlhf_ada.utils.checkpoint_dir import find_checkpoint, remove_checkpoint, write_checkpoint
 from openrlhf_ada.utils.metrics_log import MetricsWriter
+from openrlhf_ada.utils.signal_watch import SignalState, observe, reward_file_logs
 
 
 @dataclass(frozen=True)
@@ -49,6 +59,19 @@ class LocalConfig:
     gpu_memory_utilization: float = 0.3
     max_model_len: Optional[int] = None  # default: --data.max_len
     engine_cpus: float = 1.0
+    overwrite: bool = False  # start over in an output folder that holds an earlier run (its checkpoint is deleted)
+
+
+@dataclass(frozen=True)
+class StepState:
+    """Everything a checkpoint records besides model and optimizer, as it was when step `global_step` completed."""
+
+    global_step: int
+    generated_tokens_total: float
+    loader: dict
+    generator_step: int
+    torch_rng: list
+    signal: dict
 
 
 class LocalStrategy:
@@ -129,20 +152,30 @@ class LocalTrainer:
             temperature=args.rollout.temperature, top_p=args.rollout.top_p,
         )
         self.global_step, self.generated_tokens_total = 0, 0.0
+        self.signal_state = SignalState()
         os.makedirs(config.output_dir, exist_ok=True)
         self.weights_dir = tempfile.mkdtemp(prefix="openrlhf_ada_weights_", dir=_shm_or_tmp())
         self._stop_signal: Optional[int] = None
+        self._completed = self.capture_state()  # the last completed step (0: nothing trained yet)
+        self._model_touched = False  # model/optimizer changed since self._completed was taken
+        self._saved_step = 0  # the step of the checkpoint this run wrote or resumed from
 
     # ------------------------------------------------------------------------------------------------------------
     def fit(self) -> dict:
         args, config = self.args, self.config
         resumed = self.maybe_resume()
+        metrics_path = os.path.join(config.output_dir, "metrics.jsonl")
+        if resumed:
+            keep_rows_up_to(metrics_path, self.global_step)  # rows of steps after the checkpoint are redone
+        elif config.overwrite:
+            remove_checkpoint(args.ckpt.path)  # a crash before the first save must not resume the earlier run
         self.sync_weights()
-        metrics_log = MetricsWriter(os.path.join(config.output_dir, "metrics.jsonl"), append=resumed)
+        metrics_log = MetricsWriter(metrics_path, append=resumed)
         loggers = _Trackers(args, config.output_dir)
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         pbar = tqdm(total=config.max_steps, initial=self.global_step, desc="train_local", dynamic_ncols=True)
         last = {}
+        failed = True
         try:
             while self.global_step < config.max_steps and self._stop_signal is None:
                 metrics = self.step()
@@ -155,24 +188,44 @@ class LocalTrainer:
                 pbar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", eta=f"{metrics['eta']:.2f}")
                 if args.ckpt.save_steps > 0 and self.global_step % args.ckpt.save_steps == 0:
                     self.save_checkpoint()
+            failed = False
         finally:
             pbar.close()
-            self.save_checkpoint()  # at the end, also after SIGINT/SIGTERM or an exception mid-run
-            metrics_log.close()
-            loggers.close()
-            for s, handler in previous.items():
-                signal.signal(s, handler)
-            shutil.rmtree(self.weights_dir, ignore_errors=True)
+            try:
+                self._final_checkpoint(failed)
+            finally:
+                metrics_log.close()
+                loggers.close()
+                for s, handler in previous.items():
+                    signal.signal(s, handler)
+                shutil.rmtree(self.weights_dir, ignore_errors=True)
         if self._stop_signal is not None:
             print(f"[train_local] stopped by signal {self._stop_signal} after step {self.global_step}; "
                   f"checkpoint in {self.checkpoint_dir}; rerun with --ckpt.load_enable to continue")
         return last
 
     def _on_signal(self, signum, frame):
-        if self._stop_signal is not None:  # second signal: stop now
+        if self._stop_signal is not None:  # second signal: stop now (the last good checkpoint is kept, see module doc)
             raise KeyboardInterrupt
         self._stop_signal = signum
         print(f"\n[train_local] signal {signum}: finishing step {self.global_step + 1}, then checkpointing")
+
+    def _final_checkpoint(self, failed: bool) -> None:
+        """At the end, after a signal or a failure: save the last completed step unless the model has moved past it
+        (a failure in the middle of an update); then the previous checkpoint stays exactly as it was."""
+        if self._model_touched:
+            kept = f"the checkpoint of step {self._saved_step} in {self.checkpoint_dir}" if self._saved_step else \
+                "no checkpoint (none was written yet)"
+            print(f"[train_local] step {self._completed.global_step + 1} failed after it had started to change the "
+                  f"model; {kept} is kept as it was; rerun with --ckpt.load_enable to continue from it",
+                  file=sys.stderr, flush=True)
+            return
+        written = self.save_checkpoint()
+        if failed and self._completed.global_step:
+            what = "written" if written else "kept"
+            print(f"[train_local] step {self._completed.global_step + 1} failed; checkpoint of the last completed "
+                  f"step {self._completed.global_step} {what} in {self.checkpoint_dir}; rerun with --ckpt.load_enable "
+                  "to continue from it", file=sys.stderr, flush=True)
 
     # ------------------------------------------------------------------------------------------------------------
     def step(self) -> Optional[Dict[str, float]]:
@@ -195,11 +248,28 @@ class LocalTrainer:
             for e in experiences:
                 e.advantages = e.advantages * self.config.advantage_sign
         t1 = time.time()
+        self._model_touched = True  # from here on, the model no longer matches self._completed until the step ends
         train_stats = self.update(experiences)
         t_train = time.time() - t1
         self.sync_weights()
+        metrics = self.step_metrics(samples, experiences, n, train_stats, t_gen, t_train)
+        metrics.update(self.watch_signal(step, samples))
         self.global_step = step
-        return self.step_metrics(samples, experiences, n, train_stats, t_gen, t_train)
+        self._completed = self.capture_state()
+        self._model_touched = False
+        return metrics
+
+    def watch_signal(self, step: int, samples: List[Experience]) -> Dict[str, float]:
+        """The reward file's own extra_logs (means, ``reward_file/*``) and the signal checks of
+        openrlhf_ada.utils.signal_watch; their warnings go to the driver's stderr."""
+        infos = [s.info for s in samples]
+        self.signal_state, metrics, warnings = observe(
+            self.signal_state, step=step, rewards=[float(s.rewards.reshape(-1)[0]) for s in samples], infos=infos,
+            labels=[s.labels[0] for s in samples])
+        for warning in warnings:
+            tqdm.write(f"[train_local] {warning}", file=sys.stderr)
+        metrics.update(reward_file_logs(infos))
+        return metrics
 
     @torch.no_grad()
     def score(self, experiences: List[Experience]) -> None:
@@ -299,33 +369,37 @@ class LocalTrainer:
     def checkpoint_dir(self) -> str:
         return os.path.join(self.args.ckpt.path, "latest")
 
-    def save_checkpoint(self) -> None:
-        """Model, optimizer, RNG and data/sampler position, written to a temp folder and renamed into place."""
-        if self.global_step == 0:
-            return
-        os.makedirs(self.args.ckpt.path, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=".ckpt_", dir=self.args.ckpt.path)
-        self.policy.save_pretrained(os.path.join(tmp, "model"), safe_serialization=True)
-        self.tokenizer.save_pretrained(os.path.join(tmp, "model"))
-        torch.save(self.optimizer.state_dict(), os.path.join(tmp, "optimizer.pt"))
-        state = {
-            "global_step": self.global_step,
-            "generated_tokens_total": self.generated_tokens_total,
-            "loader": self.loader.state_dict(),
-            "generator_step": self.generator._step,
-            "torch_rng": torch.get_rng_state().tolist(),
-        }
-        with open(os.path.join(tmp, "trainer_state.json"), "w") as f:
-            json.dump(state, f)
-        old = self.checkpoint_dir + ".old"
-        if os.path.exists(self.checkpoint_dir):
-            os.replace(self.checkpoint_dir, old)
-        os.replace(tmp, self.checkpoint_dir)
-        shutil.rmtree(old, ignore_errors=True)
+    def capture_state(self) -> StepState:
+        return StepState(global_step=self.global_step, generated_tokens_total=self.generated_tokens_total,
+                         loader=dict(self.loader.state_dict()), generator_step=self.generator._step,
+                         torch_rng=torch.get_rng_state().tolist(), signal=asdict(self.signal_state))
+
+    def save_checkpoint(self) -> bool:
+        """Write the last completed step (model, optimizer, `StepState`) unless it is already on disk; the previous
+        checkpoint is replaced only once the new one is complete. Returns whether one was written."""
+        state = self._completed
+        if self._model_touched:
+            raise RuntimeError("save_checkpoint in the middle of a step: the model no longer matches its state")
+        if state.global_step == 0 or state.global_step == self._saved_step:
+            return False
+
+        def fill(folder: str) -> None:
+            self.policy.save_pretrained(os.path.join(folder, "model"), safe_serialization=True)
+            self.tokenizer.save_pretrained(os.path.join(folder, "model"))
+            torch.save(self.optimizer.state_dict(), os.path.join(folder, "optimizer.pt"))
+            with open(os.path.join(folder, "trainer_state.json"), "w") as f:  # last: it marks the folder complete
+                json.dump(asdict(state), f)
+
+        write_checkpoint(self.args.ckpt.path, fill)
+        self._saved_step = state.global_step
+        return True
 
     def maybe_resume(self) -> bool:
-        path = self.checkpoint_dir
-        if not (self.args.ckpt.load_enable and os.path.exists(os.path.join(path, "trainer_state.json"))):
+        if not self.args.ckpt.load_enable:
+            return False
+        path = find_checkpoint(self.args.ckpt.path)
+        if path is None:
+            print(f"[train_local] --ckpt.load_enable: no checkpoint found in {self.args.ckpt.path}, starting fresh")
             return False
         from safetensors.torch import load_file
 
@@ -343,9 +417,39 @@ class LocalTrainer:
         self.loader.load_state_dict(state["loader"])
         self.generator._step = state["generator_step"]
         self.generator._dataloader_iter = None
+        self.signal_state = SignalState(**state.get("signal", {}))
         torch.set_rng_state(torch.tensor(state["torch_rng"], dtype=torch.uint8))
+        self._completed = self.capture_state()
+        self._saved_step = self.global_step
         print(f"[train_local] resumed from {path} at step {self.global_step}")
         return True
+
+
+def keep_rows_up_to(path: str, last_step: int) -> None:
+    """Drop the rows of steps after `last_step` from a metrics.jsonl (and a line cut short by a crash), atomically:
+    a resumed run writes those steps again."""
+    if not os.path.isfile(path):
+        return
+    kept, dropped = [], 0
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                row = json.loads(line)
+                step = int(row["step"])
+            except (ValueError, TypeError, KeyError):
+                dropped += bool(line.strip())
+                continue
+            if step <= last_step:
+                kept.append(line if line.endswith("\n") else line + "\n")
+            else:
+                dropped += 1
+    if not dropped:
+        return
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.writelines(kept)
+    os.replace(tmp, path)
+    print(f"[train_local] {path}: {dropped} rows after the checkpoint's step {last_step} removed (they are redone)")
 
 
 def _shm_or_tmp() -> str:
