@@ -1,7 +1,7 @@
 """Sampling efficiency of GRPO, DAPO-style filtering, Reinforce-Ada settings and an oracle, on simulated prompts.
 
     python benchmarks/sampling_efficiency.py                 # 2000 prompts per mix, seeds 0 1 2, writes docs/
-    python benchmarks/sampling_efficiency.py --prompts 200 --seeds 0 --no-write
+    python benchmarks/sampling_efficiency.py --prompts 200 --seeds 0 --no-write --epoch-prompts 100
 
 The model: a training step has B prompt slots (`--prompts`). Every prompt has a pass rate p drawn from a mix, and
 its samples are independent Bernoulli(p) outcomes (reward 1 correct, 0 wrong; all responses the same length, so
@@ -36,6 +36,15 @@ Per method and mix (pooled over seeds):
 - resolved: share of drawn prompts that met the exit rule; rounds: mean rounds per drawn prompt, a proxy for the
   step's latency (each round is one more generation pass) (Reinforce-Ada only).
 
+A second, multi-epoch model measures the options of issue 13 against the authors' settings (`run_epoch_benchmark`):
+a dataset seen once per epoch, pass rates rising over the epochs, response lengths that depend on correctness (two
+models: wrong answers longer, or correct ones longer), stopping inside a round (`--ada.cancel`, arrival or request
+order) and the per-prompt history (`--ada.history`: first-round sizing, skips of saturated prompts), through
+`simulate`. Per mix: generated tokens per trained group with signal, coverage, groups with signal per prompt visit,
+eta on tokens, rounds, the expected maximum rounds of a 128-prompt step, and the length of kept vs finished vs
+started samples with the share of groups ADORA finds advantageous; two reference floors that no sampler can build
+show what the token target would need. Its assumptions are written into the section it produces.
+
 A setting *beats the authors* in a mix when its eta is at least 2% (relative) higher than that of the authors'
 setting (balance, and separately pos: n = 4, a round of 8 then up to 3 more, keep) and its coverage is at least
 theirs (all methods read the same outcome streams, so differences come from the decisions, not from sampling
@@ -54,7 +63,7 @@ import itertools
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _report  # noqa: E402  (benchmarks/ is not a package)
@@ -64,6 +73,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
+import torch  # noqa: E402
+
+from openrlhf_ada.algorithms.adora import group_stats  # noqa: E402
+from openrlhf_ada.algorithms.history import HistoryConfig, PromptHistory, prompt_key  # noqa: E402
 from openrlhf_ada.algorithms.reinforce_ada import select_group, simulate  # noqa: E402
 
 SECTION = "sampling_efficiency"
@@ -455,6 +468,431 @@ def report(rows: List[Dict], grid_rows: List[Dict], mix_names: Sequence[str], to
     return "\n".join(parts).rstrip() + "\n"
 
 
+# -- the multi-epoch model: cancel and history ---------------------------------------------------------------------
+# Each prompt of a dataset is seen once per epoch. Its pass rate rises along a logistic curve, logit p_e = logit p_0
+# + g e with g ~ uniform(0, 2 x RISE) per prompt (p_0 = 0 or 1 stays). Responses have lengths: a prompt-specific
+# scale ~ LogNormal(0, PROMPT_SIGMA) times LogNormal(log median_class, LEN_SIGMA), the median depending on whether
+# the answer is correct (LENGTH_MODELS), rounded, at least MIN_LEN and at most MAX_LEN; a wrong answer at MAX_LEN is
+# truncated (ADORA leaves it out of meanNeg), a correct one ends at MAX_LEN - 1 at the latest.
+EPOCHS, RISE = 4, 0.5
+LENGTH_MODELS = {  # (median correct, median wrong) tokens
+    "wrong_longer": (600, 1000),
+    "correct_longer": (1000, 600),
+}
+LEN_SIGMA, PROMPT_SIGMA, MIN_LEN, MAX_LEN = 0.5, 0.3, 16, 4096
+CAP, STEP_PROMPTS = 32, 128  # samples per prompt at most (the authors' 8 + 8 x 3); prompts per training step
+TARGET_RATIO = 0.67  # the issue's target: tokens per trained group with signal at most 0.67 x the authors' balance
+
+
+class EpochUniverse:
+    """The prompts of one (mix, length model, seed) over the epochs: keys (sha256 of a synthetic prompt text),
+    per-epoch pass rates, and per-epoch outcome and length streams of CAP samples (common to every method)."""
+
+    def __init__(self, mix, lengths: str, prompts: int, seed: int, epochs: int = EPOCHS, rise: float = RISE):
+        """`mix`: a key of MIXES (initial pass rates drawn per seed) or an array of initial pass rates (cycled)."""
+        named = isinstance(mix, str)
+        rng = np.random.default_rng([seed, 2, list(MIXES).index(mix) if named else len(MIXES)])
+        p0 = MIXES[mix][1](rng, prompts) if named else np.resize(np.asarray(mix, dtype=float), prompts)
+        mix = mix if named else "given"
+        g = rng.uniform(0.0, 2.0 * rise, prompts)
+        scale = rng.lognormal(0.0, PROMPT_SIGMA, prompts)
+        med_c, med_w = LENGTH_MODELS[lengths]
+        logit0 = np.log(np.clip(p0, 1e-12, 1 - 1e-12) / (1 - np.clip(p0, 1e-12, 1 - 1e-12)))
+        self.keys = [prompt_key(f"{mix} prompt {i}") for i in range(prompts)]
+        self.p, self.outcomes, self.lengths, self.truncated = [], [], [], []
+        for e in range(epochs):
+            p = np.where((p0 == 0) | (p0 == 1), p0, 1 / (1 + np.exp(-(logit0 + g * e))))
+            correct = rng.random((prompts, CAP)) < p[:, None]
+            med = np.where(correct, med_c, med_w) * scale[:, None]
+            raw = np.rint(med * rng.lognormal(0.0, LEN_SIGMA, (prompts, CAP))).astype(int)
+            length = np.clip(raw, MIN_LEN, np.where(correct, MAX_LEN - 1, MAX_LEN))
+            self.p.append(p)
+            self.outcomes.append(correct.astype(float))
+            self.lengths.append(length)
+            self.truncated.append(~correct & (length >= MAX_LEN))
+
+
+@dataclass(frozen=True)
+class EpochMethod:
+    """A sampler over the epochs. family "grpo": n samples per prompt; "ada": `simulate` with these options."""
+
+    name: str
+    family: str = "ada"
+    mode: str = "balance"
+    first: int = 8
+    round: int = 8
+    rounds: int = 4
+    cancel: bool = False
+    order: str = "arrival"
+    history: bool = False
+    target: float = 0.9
+    skip: float = 0.5
+    window: int = 1
+
+    @property
+    def cap(self) -> int:
+        return N if self.family == "grpo" else self.first + self.round * (self.rounds - 1)
+
+
+EPOCH_REFERENCE = "ada-balance 8+8x3 (authors)"
+FLOOR_BALANCE = "floor: sequential balance, free skip of prompts without signal"
+EPOCH_METHODS: List[EpochMethod] = [
+    EpochMethod("GRPO n=4", "grpo"),
+    EpochMethod("ada-pos 8+8x3 (authors)", mode="pos"),
+    EpochMethod(EPOCH_REFERENCE),
+    EpochMethod("+ cancel (arrival)", cancel=True),
+    EpochMethod("+ cancel (request order)", cancel=True, order="request"),
+    EpochMethod("+ history: sizing (target 0.9), no skip", history=True, skip=0.0),
+    EpochMethod("+ history: skip 0.5, no sizing", history=True, target=0.0),
+    EpochMethod("+ history: skip 0.9, no sizing", history=True, target=0.0, skip=0.9),
+    EpochMethod("+ history (target 0.9, skip 0.5)", history=True),
+    EpochMethod("+ cancel (arrival) + history: skip 0.9", cancel=True, history=True, target=0.0, skip=0.9),
+    EpochMethod("+ cancel (request) + history: skip 0.9", cancel=True, order="request", history=True, target=0.0,
+                skip=0.9),
+    EpochMethod("+ cancel (arrival) + history (target 0.9, skip 0.9)", cancel=True, history=True, skip=0.9),
+    EpochMethod("sequential: ada-balance 4+1x28 (no rounds limit)", first=4, round=1, rounds=29),
+    EpochMethod(FLOOR_BALANCE, "floor", mode="balance"),
+    EpochMethod("floor: sequential, stop at both classes, free skip", "floor", mode="signal"),
+]
+
+
+def run_epochs(method: EpochMethod, u: EpochUniverse, seed: int) -> Dict:
+    """Totals of one method over all epochs of a universe (see epoch_row for what they become)."""
+    history = PromptHistory(HistoryConfig(target=method.target, skip=method.skip, window=method.window)) \
+        if method.history else None
+    t = {k: 0 for k in ("visits", "skipped", "trained", "signal", "tokens", "useful_tokens", "samples",
+                        "kept_len", "kept_n", "finished_len", "finished_n", "started_len", "started_n",
+                        "kept_pos_len", "kept_pos_n", "started_pos_len", "started_pos_n",
+                        "kept_neg_len", "kept_neg_n", "started_neg_len", "started_neg_n", "missed_signal")}
+    rounds_hist: Dict[int, int] = {}
+    adora_rows = []
+    for e in range(len(u.outcomes)):
+        outcomes, lengths, trunc = u.outcomes[e], u.lengths[e], u.truncated[e]
+        P = len(outcomes)
+        if method.family != "ada":
+            results = [None] * P
+        else:
+            results = simulate(outcomes.tolist(), n=N, round_size=method.round, first_round_size=method.first,
+                               max_rounds=method.rounds, mode=method.mode, seed=seed, length_streams=lengths.tolist(),
+                               cancel=method.cancel, cancel_order=method.order, history=history,
+                               prompt_keys=u.keys, epoch=e)
+        for i, r in enumerate(results):
+            t["visits"] += 1
+            if r is not None and r.skipped:
+                t["skipped"] += 1
+                rounds_hist[0] = rounds_hist.get(0, 0) + 1
+                both = 0 < outcomes[i][:CAP].sum() < CAP  # would the authors' cap of samples have shown signal?
+                t["missed_signal"] += int(both)
+                continue
+            if method.family == "grpo":  # the first n samples, one round
+                drawn, finished, kept, rounds, tokens = N, range(N), list(range(N)), 1, int(lengths[i][:N].sum())
+            elif method.family == "floor":
+                drawn = floor_draws(outcomes[i], method.mode)
+                if drawn == 0:  # no signal in its cap of samples: skipped for free, not counted as a visit
+                    t["visits"] -= 1
+                    continue
+                finished, rounds, tokens = range(drawn), drawn, int(lengths[i][:drawn].sum())
+                kept = select_group([x > 0.5 for x in outcomes[i][:drawn]], N, policy="first")
+            else:
+                drawn, finished, kept, rounds, tokens = r.samples, r.finished, r.kept, r.rounds, r.tokens
+            rounds_hist[rounds] = rounds_hist.get(rounds, 0) + 1
+            t["samples"] += drawn
+            t["tokens"] += tokens
+            L, o = lengths[i], outcomes[i]
+            t["started_len"] += int(L[:drawn].sum())
+            t["started_n"] += drawn
+            pos_started = o[:drawn] > 0.5
+            t["started_pos_len"] += int(L[:drawn][pos_started].sum())
+            t["started_pos_n"] += int(pos_started.sum())
+            t["started_neg_len"] += int(L[:drawn][~pos_started].sum())
+            t["started_neg_n"] += int((~pos_started).sum())
+            t["finished_len"] += int(sum(int(L[j]) for j in finished))
+            t["finished_n"] += len(finished)
+            if not kept:
+                continue
+            t["trained"] += 1
+            kept_len = [int(L[j]) for j in kept]
+            kept_pos = [o[j] > 0.5 for j in kept]
+            t["kept_len"] += sum(kept_len)
+            t["kept_n"] += len(kept)
+            t["kept_pos_len"] += sum(x for x, c in zip(kept_len, kept_pos) if c)
+            t["kept_pos_n"] += sum(kept_pos)
+            t["kept_neg_len"] += sum(x for x, c in zip(kept_len, kept_pos) if not c)
+            t["kept_neg_n"] += len(kept) - sum(kept_pos)
+            if 0 < sum(kept_pos) < len(kept):
+                t["signal"] += 1
+                t["useful_tokens"] += sum(kept_len)
+                adora_rows.append(([o[j] for j in kept], kept_len, [bool(trunc[i][j]) for j in kept]))
+    t["rounds_hist"] = rounds_hist
+    if adora_rows:
+        scores, lens, truncs = (torch.tensor([row[k] for row in adora_rows]) for k in range(3))
+        t["adora_advantageous"] = int(group_stats(scores, lens, truncs).advantageous.sum())
+    else:
+        t["adora_advantageous"] = 0
+    return t
+
+
+def floor_draws(outcomes: Sequence[float], rule: str, n: int = N, cap: int = CAP) -> int:
+    """Reference floors (they know which prompts will show no signal): 0 for a prompt without both classes in its
+    cap of samples (skipped for free), else the samples a one-at-a-time sampler draws until its rule holds (balance:
+    the authors' exit rule; signal: both classes and n samples), or the cap."""
+    o = [x > 0.5 for x in outcomes[:cap]]
+    if all(o) or not any(o):
+        return 0
+    pos = 0
+    for j, x in enumerate(o):
+        pos += x
+        neg = j + 1 - pos
+        if j + 1 >= n and (pos >= n // 2 and neg >= n - n // 2 if rule == "balance" else pos and neg):
+            return j + 1
+    return cap
+
+
+def expected_max_rounds(hist: Dict[int, int], prompts: int = STEP_PROMPTS) -> float:
+    """E[max rounds over `prompts` prompts drawn independently from the histogram] = sum_r P(max > r)."""
+    total = sum(hist.values())
+    if not total:
+        return 0.0
+    cdf, out = 0.0, 0.0
+    for r in range(max(hist) + 1):
+        cdf += hist.get(r, 0) / total
+        out += 1.0 - min(cdf, 1.0) ** prompts
+    return out
+
+
+def _ratio(a, b):
+    return a / b if b else None
+
+
+def epoch_row(mix: str, lengths: str, method: EpochMethod, per_seed: List[Dict]) -> Dict:
+    """Pool the seeds' totals into one row; tokens per signal group also per seed (for the spread)."""
+    tot = {k: sum(t[k] for t in per_seed) for k in per_seed[0] if k != "rounds_hist"}
+    hist: Dict[int, int] = {}
+    for t in per_seed:
+        for r, c in t["rounds_hist"].items():
+            hist[r] = hist.get(r, 0) + c
+    sampled = tot["visits"] - tot["skipped"]
+    return {
+        "mix": mix, "lengths": lengths, "method": method.name, "cap": method.cap,
+        "tokens_per_signal": _ratio(tot["tokens"], tot["signal"]),
+        "tokens_per_signal_seeds": [_ratio(t["tokens"], t["signal"]) for t in per_seed],
+        "coverage": _ratio(tot["signal"], tot["trained"]),
+        "signal_per_visit": _ratio(tot["signal"], tot["visits"]),
+        "eta": _ratio(tot["useful_tokens"], tot["tokens"]),
+        "rounds_mean": _ratio(sum(r * c for r, c in hist.items()), sampled),
+        "max_rounds_step": expected_max_rounds(hist),
+        "skipped_share": _ratio(tot["skipped"], tot["visits"]),
+        "missed_signal_share": _ratio(tot["missed_signal"], tot["visits"]),
+        "samples_per_visit": _ratio(tot["samples"], tot["visits"]),
+        "kept_len": _ratio(tot["kept_len"], tot["kept_n"]),
+        "finished_len": _ratio(tot["finished_len"], tot["finished_n"]),
+        "started_len": _ratio(tot["started_len"], tot["started_n"]),
+        "kept_pos_len": _ratio(tot["kept_pos_len"], tot["kept_pos_n"]),
+        "started_pos_len": _ratio(tot["started_pos_len"], tot["started_pos_n"]),
+        "kept_neg_len": _ratio(tot["kept_neg_len"], tot["kept_neg_n"]),
+        "started_neg_len": _ratio(tot["started_neg_len"], tot["started_neg_n"]),
+        "adora_advantageous": _ratio(tot["adora_advantageous"], tot["signal"]),
+    }
+
+
+def run_epoch_benchmark(*, prompts: int = 500, seeds: Sequence[int] = (0, 1, 2), mixes=tuple(MIXES),
+                        lengths: Sequence[str] = tuple(LENGTH_MODELS), methods: Optional[Sequence[EpochMethod]] = None,
+                        epochs: int = EPOCHS, rise: float = RISE) -> List[Dict]:
+    """One row per (mix, length model, method), pooled over seeds; every method reads the same universes.
+    `mixes`: names of MIXES, or a dict from a name to a MIXES key or an array of initial pass rates."""
+    methods = list(EPOCH_METHODS if methods is None else methods)
+    mixes = mixes if isinstance(mixes, dict) else {name: name for name in mixes}
+    rows = []
+    for mix, source in mixes.items():
+        for lm in lengths:
+            per = {m.name: [] for m in methods}
+            for seed in seeds:
+                u = EpochUniverse(source, lm, prompts, seed, epochs, rise)
+                for m in methods:
+                    per[m.name].append(run_epochs(m, u, seed))
+            ref = per.get(EPOCH_REFERENCE)
+            for m in methods:
+                row = epoch_row(mix, lm, m, per[m.name])
+                if ref is not None:
+                    ratios = [_ratio(a["tokens"] * b["signal"], a["signal"] * b["tokens"])
+                              for a, b in zip(per[m.name], ref)]
+                    row["ratio_seeds"] = ratios
+                    row["ratio"] = _ratio(row["tokens_per_signal"], epoch_row(mix, lm, m, ref)["tokens_per_signal"])
+                rows.append(row)
+    return rows
+
+
+def target_check(row: Dict, ref: Dict) -> Dict[str, bool]:
+    """The issue's targets for one row against the authors' balance in the same (mix, length model)."""
+    return {
+        "tokens": row["ratio"] is not None and row["ratio"] <= TARGET_RATIO,
+        "coverage": row["coverage"] is not None and row["coverage"] >= ref["coverage"],
+        "cap": row["cap"] == ref["cap"],
+        "rounds": row["max_rounds_step"] <= ref["max_rounds_step"] + 1e-9,
+    }
+
+
+def _seed_range(values: Sequence[Optional[float]]) -> str:
+    vals = [v for v in values if v is not None]
+    return f"{min(vals):.2f}-{max(vals):.2f}" if vals else "-"
+
+
+def epoch_tables(rows: List[Dict], mixes: Sequence[str], lengths: Sequence[str]) -> str:
+    """Per mix: one table of the methods (outcome-driven columns once, token columns per length model)."""
+    parts = []
+    for mix in mixes:
+        desc = MIXES[mix][0] if mix in MIXES else mix
+        head = ["method", "coverage", "signal / visit", "rounds", f"E[max rounds], {STEP_PROMPTS} prompts",
+                "skipped (of which signal lost)"]
+        for lm in lengths:
+            head += [f"{lm}: tokens / signal group", "x authors' balance (seeds)", "eta (tokens)"]
+        parts += [f"#### {mix}: initial {desc}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        by = {(r["lengths"], r["method"]): r for r in rows if r["mix"] == mix}
+        for name in dict.fromkeys(r["method"] for r in rows if r["mix"] == mix):
+            first = by[(lengths[0], name)]
+            cells = [name, _fmt(first["coverage"]), _fmt(first["signal_per_visit"]), _fmt(first["rounds_mean"], 2),
+                     _fmt(first["max_rounds_step"], 2),
+                     f"{_fmt(first['skipped_share'])} ({_fmt(first['missed_signal_share'])})"]
+            for lm in lengths:
+                r = by[(lm, name)]
+                tps = r["tokens_per_signal"]
+                cells += ["-" if tps is None else f"{tps / 1000:.1f}k",
+                          f"{_fmt(r.get('ratio'), 2)} ({_seed_range(r.get('ratio_seeds', []))})", _fmt(r["eta"])]
+            parts.append("| " + " | ".join(cells) + " |")
+        parts.append("")
+    return "\n".join(parts)
+
+
+def target_table(rows: List[Dict], mixes: Sequence[str], lengths: Sequence[str]) -> Tuple[str, List[str]]:
+    """Per (mix, length model) and new method: the token ratio and which targets fail; and the methods that meet
+    all targets everywhere."""
+    new = [m.name for m in EPOCH_METHODS if m.name.startswith("+ ")]
+    new = [name for name in new if any(r["method"] == name for r in rows)]
+    head = ["mix / lengths"] + new
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    meets = {name: True for name in new}
+    for mix in mixes:
+        for lm in lengths:
+            by = {r["method"]: r for r in rows if r["mix"] == mix and r["lengths"] == lm}
+            ref = by[EPOCH_REFERENCE]
+            cells = [f"{mix} / {lm}"]
+            for name in new:
+                checks = target_check(by[name], ref)
+                meets[name] &= all(checks.values())
+                failed = [k for k, ok in checks.items() if not ok]
+                cells.append(f"{_fmt(by[name]['ratio'], 2)} " + ("**all met**" if not failed else
+                                                                 "misses " + ", ".join(failed)))
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines), [name for name, ok in meets.items() if ok]
+
+
+def bias_table(rows: List[Dict], mixes: Sequence[str], lengths: Sequence[str], methods: Sequence[str]) -> str:
+    head = ["mix", "method"]
+    for lm in lengths:
+        head += [f"{lm}: mean length kept / finished / started", "kept / started: correct, wrong",
+                 "ADORA advantageous"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for mix in mixes:
+        for name in methods:
+            cells = [mix, name]
+            for lm in lengths:
+                r = next((x for x in rows if x["mix"] == mix and x["lengths"] == lm and x["method"] == name), None)
+                if r is None:
+                    cells += ["-", "-", "-"]
+                    continue
+                cells += [f"{r['kept_len']:.0f} / {r['finished_len']:.0f} / {r['started_len']:.0f}",
+                          f"{_fmt(_ratio(r['kept_pos_len'], r['started_pos_len']), 2)}, "
+                          f"{_fmt(_ratio(r['kept_neg_len'], r['started_neg_len']), 2)}",
+                          _fmt(r["adora_advantageous"])]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def epoch_report(rows: List[Dict], mixes: Sequence[str], lengths: Sequence[str]) -> str:
+    targets, everywhere_ok = target_table(rows, mixes, lengths)
+    bias_methods = [EPOCH_REFERENCE, "+ cancel (arrival)", "+ cancel (request order)"]
+    verdict = (f"**Every target met on every mix and length model by: {', '.join(f'`{m}`' for m in everywhere_ok)}.**"
+               if everywhere_ok else "**No new setting meets every target on every mix and length model.**")
+    floor = [r for r in rows if r["method"] == FLOOR_BALANCE and r["ratio"] is not None]
+    out_of_reach = [f"{r['mix']} / {r['lengths']} ({r['ratio']:.2f})" for r in floor if r["ratio"] > TARGET_RATIO]
+    if floor:
+        verdict += (" Where even the balance floor (free skips of every prompt without signal, one sample at a time) "
+                    f"needs more than {TARGET_RATIO:g} x the authors' tokens, no sampler that keeps the authors' exit "
+                    "rule, cap and coverage without biasing lengths can meet the token target: "
+                    + (", ".join(out_of_reach) if out_of_reach else "nowhere here") + ".")
+    return "\n".join([
+        epoch_tables(rows, mixes, lengths),
+        f"#### Targets (tokens / signal group <= {TARGET_RATIO:g} x the authors' balance, coverage no lower, the same "
+        f"cap of {CAP} samples, E[max rounds] of a {STEP_PROMPTS}-prompt step no more than theirs)",
+        "",
+        targets,
+        "",
+        verdict,
+        "",
+        "#### Length bias of stopping inside a round, and ADORA",
+        "",
+        "Mean response length of the samples kept in trained groups, of all samples that finished, and of all "
+        "requests started (cancelled ones at the length they would have had); kept / started per class; share of "
+        "groups with signal that ADORA finds advantageous (longest kept correct > mean kept non-truncated wrong).",
+        "",
+        bias_table(rows, mixes, lengths, bias_methods),
+        "",
+        "Arrival order keeps the samples that finish first, i.e. the shortest of each class, and stops before the "
+        "long ones exist: ADORA's maxPos (longest kept correct) and meanNeg (mean kept wrong, truncated ones left "
+        "out; with arrival order a truncated answer is almost never kept) both shrink, by amounts that depend on "
+        "how many of each class finish before the stop, so the share of groups ADORA calls advantageous moves, in "
+        "either direction by mix. Request order keeps exactly the authors' group in balance mode (the same "
+        "samples, lengths and ADORA weights; only the pool statistics lose the samples after the stop) and saves "
+        "fewer tokens.",
+    ]).rstrip() + "\n"
+
+
+def epoch_section(args, rows: List[Dict]) -> str:
+    """The multi-epoch part of the docs section: the model's assumptions, then the tables."""
+    lengths = list(LENGTH_MODELS)
+    models = "; ".join(f"`{k}`: median {c} tokens correct, {w} wrong" for k, (c, w) in LENGTH_MODELS.items())
+    return "\n".join([
+        "### Multi-epoch model: stopping inside a round (`--ada.cancel`) and per-prompt history (`--ada.history`)",
+        "",
+        f"A dataset of {args.epoch_prompts} prompts (per seed; seeds {' '.join(map(str, args.seeds))}) is seen once "
+        f"per epoch for {args.epochs} epochs. A prompt's initial pass rate comes from the mix; it rises along a "
+        f"logistic curve, logit p_e = logit p_0 + g e with g ~ uniform(0, {2 * args.rise:g}) per prompt (p_0 = 0 or "
+        "1 stays: some prompts are never learnt, some always solved). The rise is the same for every method: the "
+        "model does not let a sampler that trains more signal learn faster. Samples are independent Bernoulli(p_e) "
+        "outcomes; a response's length is a per-prompt scale ~ LogNormal(0, "
+        f"{PROMPT_SIGMA:g}) times LogNormal(log median, {LEN_SIGMA:g}) with the median set by correctness, two "
+        f"models: {models}; clipped to [{MIN_LEN}, {MAX_LEN}], a wrong answer at {MAX_LEN} is truncated. Every "
+        "method reads the same outcome and length streams (and the two length models the same outcomes). Timing "
+        "for `cancel`: a round's requests start together and decode at the same token rate, so a sample finishes at "
+        "a time proportional to its length, shortest first; when the prompt resolves, each outstanding request has "
+        "generated as many tokens as the sample that resolved it, and those tokens count as generated (verifier "
+        "time, prefill and batching effects are not modelled). All Reinforce-Ada settings are n = 4, a first round "
+        f"of 8 then up to 3 more of 8 (cap {CAP} samples per prompt, 4 rounds), keep mode, `first` selection; "
+        "`+ ...` rows add the new options to the authors' balance setting. History: a uniform Beta(1, 1) prior, "
+        "older epochs weighted 0.5 per epoch of age; `sizing (target t)` sizes the first round for P(both classes) "
+        ">= t; `skip s` skips a prompt that was all-correct or all-wrong in its last sampled epoch with "
+        "probability s (skipped prompts generate nothing and train nothing; in a trainer the next prompt takes its "
+        "slot).",
+        "",
+        "Columns: coverage = share of trained groups with both classes (skipped prompts are not trained); signal / "
+        "visit = groups with signal per prompt visit (skipping a prompt that would have shown signal lowers it); "
+        "rounds = mean rounds per sampled prompt; E[max rounds] = expected maximum over a step of "
+        f"{STEP_PROMPTS} prompts drawn from the visits (skipped = 0 rounds), the step's latency in generation "
+        "passes; skipped = share of visits skipped (in brackets: of which the cap of samples would have shown "
+        "both classes); tokens / signal group = all generated tokens (cancelled requests' included) per trained "
+        "group with both classes; x authors' balance = that over the authors' balance setting's, pooled (seeds: "
+        "range of the per-seed ratios); eta = tokens of the samples in trained groups with signal / all generated "
+        "tokens (with arrival-order cancelling the kept samples are short, so eta falls even where tokens per "
+        "group fall). The two `floor` rows are references no sampler can build: they know which prompts will show "
+        "no signal within the cap and skip them for free, and draw one sample at a time (no rounds); the first "
+        "stops on the authors' exit rule (2 correct + 2 wrong), the second as soon as both classes and 4 samples "
+        "are there (the rule of the single-step `oracle-seq`). `sequential` draws one sample per round through "
+        "the project's code (29 rounds).",
+        "",
+        epoch_report(rows, list(args.mixes), lengths),
+    ])
+
+
 def machine() -> str:
     return _report.machine(f"numpy {np.__version__}")
 
@@ -471,6 +909,12 @@ def main(argv=None) -> int:
     parser.add_argument("--cap", type=int, default=10,
                         help="refilling methods draw at most cap x prompts per step (verl's DAPO recipe: 10 batches)")
     parser.add_argument("--no-grid", action="store_true", help="skip the search over Reinforce-Ada settings")
+    parser.add_argument("--epoch-prompts", type=int, default=500,
+                        help="multi-epoch model: prompts in the dataset (per seed, mix and length model)")
+    parser.add_argument("--epochs", type=int, default=EPOCHS, help="multi-epoch model: epochs")
+    parser.add_argument("--rise", type=float, default=RISE,
+                        help="multi-epoch model: mean rise of a prompt's logit pass rate per epoch")
+    parser.add_argument("--no-epochs", action="store_true", help="skip the multi-epoch model (cancel, history)")
     parser.add_argument("--docs", default=os.path.join(REPO, "docs", "benchmarks.md"), help="markdown file to update")
     parser.add_argument("--no-write", action="store_true", help="print only; leave the docs file alone")
     args = parser.parse_args(argv)
@@ -482,6 +926,10 @@ def main(argv=None) -> int:
     grid_rows = run_benchmark(prompts=args.prompts, seeds=args.seeds, mixes=mixes, methods=grid_methods,
                               cap=args.cap) if grid_methods else []
     text = report(rows, grid_rows, args.mixes)
+    if not args.no_epochs:
+        epoch_rows = run_epoch_benchmark(prompts=args.epoch_prompts, seeds=args.seeds, mixes=args.mixes,
+                                         epochs=args.epochs, rise=args.rise)
+        text += "\n" + epoch_section(args, epoch_rows)
     print(text)
     if not args.no_write:
         command = "python benchmarks/sampling_efficiency.py " + " ".join(argv if argv is not None else sys.argv[1:])
