@@ -6,8 +6,9 @@ One step, read top to bottom in `LocalTrainer.step`:
 2. score the samples under the current policy (and the frozen reference when KL is on), as upstream's
    make_experience does, then `AdaExperienceMaker.compute_advantages_and_returns` (estimators, ADORA, pool baseline);
 3. update: upstream's `PolicyLoss` (clipping, token-mean), AdamW, gradient clipping, optional KL loss;
-4. the engine loads the new weights (a safetensors file), metrics go to JSONL / tensorboard / wandb, and a checkpoint
-   is written every `--ckpt.save_steps` steps and at the end. Resuming restores weights, optimizer, data position
+4. the engine loads the new weights (a safetensors file), metrics go to JSONL / tensorboard / wandb (with the reward
+   file's own extra_logs as `reward_file/*` and the signal checks of openrlhf_ada.utils.signal_watch, whose
+   warnings go to stderr), and a checkpoint is written every `--ckpt.save_steps` steps and at the end. Resuming restores weights, optimizer, data position
    and sampler state, so the same seed gives the same samples.
 
 A checkpoint only ever describes a completed step: the trainer keeps the small per-step state (`StepState`: step,
