@@ -16,10 +16,21 @@ class _AdaGenerateSamplesActor(upstream.GenerateSamplesActor.__ray_actor_class__
         self.samples_generator = AdaSamplesGenerator.from_upstream(self.samples_generator)
 
 
-class _AdaTrainingActor(AdaTrainerMixin, upstream.TrainingActor.__ray_actor_class__):
+_UpstreamTrainingActor = upstream.TrainingActor.__ray_actor_class__
+
+
+class _AdaTrainingActor(AdaTrainerMixin, _UpstreamTrainingActor):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._install_ada_experience_maker()
+
+    def broadcast_to_vllm(self):
+        """Upstream's, called explicitly. Ray ships an actor class with every inherited method copied into it, and
+        cloudpickle copies an upstream method (whose module-level class name now resolves to a Ray ActorClass) by
+        value together with a copy of its class: upstream's zero-arg `super().broadcast_to_vllm()` then names that
+        copy, which is not in this class's MRO ("super(type, obj): obj must be an instance or subtype of type").
+        This method ships by reference and calls the TrainingActor of the actor process's own import."""
+        return _UpstreamTrainingActor.broadcast_to_vllm(self)
 
 
 AdaGenerateSamplesActor = ray.remote(_AdaGenerateSamplesActor)
