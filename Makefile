@@ -10,7 +10,7 @@ env:
 	@bash scripts/setup_env.sh
 
 demo: env
-	$(PY) -m openrlhf_ada.cli.demo
+	$(PY) -m openrlhf_ada.cli.demo $(ARGS)
 
 # The cluster path (Ray job submit, DeepSpeed ZeRO-3, vLLM engines) on this machine, in the CPU mode.
 cluster-demo: env

@@ -56,7 +56,7 @@ OURS_FLAGS = ("--adora.enable", "--ada.enable", "--ada.baseline", "pool")
 
 
 def make_args(estimator: str, n: int, micro_batch_size: int, ours: bool):
-    argv = ["--actor.model_name_or_path", "m", "--reward.remote_url", "r.py",
+    argv = ["--actor.model_name_or_path", "m", "--reward.remote_url", "http://localhost:5000/get_reward",
             "--rollout.n_samples_per_prompt", str(n), "--algo.advantage.estimator", estimator,
             "--rollout.micro_batch_size", str(micro_batch_size)]
     return parse_args(argv + list(OURS_FLAGS if ours else ()))

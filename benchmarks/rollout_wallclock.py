@@ -59,7 +59,7 @@ def make_generator(engine, tokenizer, prompts: int, ada_flags, seed: int):
 
     run = uuid.uuid4().hex[:8]
     labels = [f"{run}-{i}|{0.02 * (i % 4):.2f}|{script_for(i)}" for i in range(prompts)]
-    args = parse_args(["--actor.model_name_or_path", "m", "--reward.remote_url", "r.py", "--algo.advantage.estimator",
+    args = parse_args(["--actor.model_name_or_path", "m", "--reward.remote_url", "http://localhost:5000/get_reward", "--algo.advantage.estimator",
                        "dr_grpo", "--rollout.n_samples_per_prompt", str(N), "--rollout.batch_size", str(prompts),
                        "--actor.num_gpus_per_node", "1", "--train.seed", str(seed), *ada_flags])
     loader = [([i], [f"Question {i}: what is {i} + {i}?"], [lab], [None]) for i, lab in enumerate(labels)]

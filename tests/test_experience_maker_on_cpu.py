@@ -23,7 +23,7 @@ T = 12  # action positions per sample
 
 
 def make_args(estimator, *extra):
-    argv = ["--actor.model_name_or_path", "m", "--reward.remote_url", "r.py", "--rollout.n_samples_per_prompt",
+    argv = ["--actor.model_name_or_path", "m", "--reward.remote_url", "http://localhost:5000/get_reward", "--rollout.n_samples_per_prompt",
             str(N), "--algo.advantage.estimator", estimator, "--rollout.micro_batch_size", "4", *extra]
     return parse_args(argv)
 

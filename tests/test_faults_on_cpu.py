@@ -87,7 +87,7 @@ def make_generator(engines, model, patterns, *flags, n=4, batch=None):
     run = uuid.uuid4().hex[:8]
     labels = [f"{run}-{i}|{p}" for i, p in enumerate(patterns)]
     args = parse_args([
-        "--actor.model_name_or_path", "m", "--reward.remote_url", "scripted.py", "--algo.advantage.estimator",
+        "--actor.model_name_or_path", "m", "--reward.remote_url", "http://localhost:5000/get_reward", "--algo.advantage.estimator",
         "dr_grpo", "--rollout.n_samples_per_prompt", str(n), "--rollout.batch_size", str(batch or len(patterns)),
         "--actor.num_gpus_per_node", "1", *flags,
     ])
@@ -128,7 +128,7 @@ def test_too_many_failures_stop_the_run_with_the_reward_file_and_an_input(engine
     with pytest.raises(RuntimeError) as e:
         gen.generate_samples(**GEN)
     msg = str(e.value)
-    assert "scripted.py" in msg and "3 of 8 samples" in msg and "raised" in msg
+    assert "http://localhost:5000/get_reward" in msg and "3 of 8 samples" in msg and "raised" in msg
     assert labels[0] in msg and "prompt 0" in msg
 
 

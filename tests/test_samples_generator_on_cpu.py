@@ -78,7 +78,7 @@ def make_generator(engine, tokenizer, patterns, *flags, batch_size=None):
     run = uuid.uuid4().hex[:8]  # fresh reward counters for every generator
     items = [(f"prompt {i}", f"{run}-{i}|{p}") for i, p in enumerate(patterns)]
     args = parse_args([
-        "--actor.model_name_or_path", "m", "--reward.remote_url", "r.py", "--algo.advantage.estimator", "dr_grpo",
+        "--actor.model_name_or_path", "m", "--reward.remote_url", "http://localhost:5000/get_reward", "--algo.advantage.estimator", "dr_grpo",
         "--rollout.n_samples_per_prompt", "4", "--rollout.batch_size", str(batch_size or len(patterns)),
         "--ada.enable", "--ada.round_size", "4", "--ada.max_rounds", "3", "--actor.num_gpus_per_node", "1", *flags,
     ])

