@@ -695,7 +695,7 @@ def epoch_row(mix: str, lengths: str, method: EpochMethod, per_seed: List[Dict])
     }
 
 
-def run_epoch_benchmark(*, prompts: int = 500, seeds: Sequence[int] = (0, 1, 2), mixes=tuple(MIXES),
+def run_epoch_benchmark(*, prompts: int = 300, seeds: Sequence[int] = (0, 1, 2), mixes=tuple(MIXES),
                         lengths: Sequence[str] = tuple(LENGTH_MODELS), methods: Optional[Sequence[EpochMethod]] = None,
                         epochs: int = EPOCHS, rise: float = RISE) -> List[Dict]:
     """One row per (mix, length model, method), pooled over seeds; every method reads the same universes.
@@ -909,7 +909,7 @@ def main(argv=None) -> int:
     parser.add_argument("--cap", type=int, default=10,
                         help="refilling methods draw at most cap x prompts per step (verl's DAPO recipe: 10 batches)")
     parser.add_argument("--no-grid", action="store_true", help="skip the search over Reinforce-Ada settings")
-    parser.add_argument("--epoch-prompts", type=int, default=500,
+    parser.add_argument("--epoch-prompts", type=int, default=300,
                         help="multi-epoch model: prompts in the dataset (per seed, mix and length model)")
     parser.add_argument("--epochs", type=int, default=EPOCHS, help="multi-epoch model: epochs")
     parser.add_argument("--rise", type=float, default=RISE,

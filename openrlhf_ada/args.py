@@ -74,11 +74,14 @@ def add_project_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                    help="With --ada.cancel: samples enter the pool as they arrive (arrival: stops soonest, but kept "
                         "samples are biased short) or in request order (request: kept samples unbiased in length, "
                         "the group the authors' rule would train; stops later, saves fewer tokens)")
-    _bool_flag(g, "--ada.history", "Remember each prompt's outcomes across epochs (key: sha256 of the prompt) to size "
-                                   "its first round and to skip prompts that were all-correct or all-wrong")
-    g.add_argument("--ada.history_target", type=float, default=0.9,
+    _bool_flag(g, "--ada.history", "Remember each prompt's outcomes across epochs (key: sha256 of the prompt) to skip "
+                                   "prompts that were all-correct or all-wrong (and, with --ada.history_target, to "
+                                   "size each prompt's first round)")
+    g.add_argument("--ada.history_target", type=float, default=0.0,
                    help="With --ada.history: first round = fewest samples (n..cap) holding both classes with this "
-                        "probability under the prompt's Beta posterior pass rate; 0 keeps the configured first round")
+                        "probability (e.g. 0.9) under the prompt's Beta posterior pass rate, the rest of the cap "
+                        "spread over the other rounds; 0 (default) keeps the configured rounds (sizing measured: "
+                        "fewer rounds per prompt, more tokens; docs/benchmarks.md)")
     g.add_argument("--ada.history_skip", type=float, default=0.5,
                    help="With --ada.history: probability of skipping a prompt whose last --ada.history_window "
                         "epochs were all-correct or all-wrong (skipped prompts are counted, the next one taken)")
@@ -121,7 +124,7 @@ def ada_config(args) -> AdaConfig:
         unresolved=a.unresolved, selection=a.selection, baseline=a.baseline, schedule=a.schedule,
         seed=_get(args, "train.seed", 42),
         cancel=_get(args, "ada.cancel", False), cancel_order=_get(args, "ada.cancel_order", "arrival"),
-        history=_get(args, "ada.history", False), history_target=_get(args, "ada.history_target", 0.9),
+        history=_get(args, "ada.history", False), history_target=_get(args, "ada.history_target", 0.0),
         history_skip=_get(args, "ada.history_skip", 0.5), history_window=_get(args, "ada.history_window", 1),
     )
 

@@ -78,8 +78,8 @@ def test_first_round_size_by_hand():
     # never below n: P(both among 2) = 1 - 2 * (5*6)/(10*11) = 0.4545 would already pass a target of 0.4
     assert first_round_for(records, 1, config=HistoryConfig(target=0.4), n=4, cap=32) == 4
     # no earlier record, target 0, or unreachable (32 wrong before: Beta(1, 33); E[(1-p)^32] = 33/65): configured
-    assert first_round_for([], 1, config=HistoryConfig(), n=4, cap=32) is None
-    assert first_round_for(records, 0, config=HistoryConfig(), n=4, cap=32) is None
+    assert first_round_for([], 1, config=HistoryConfig(target=0.9), n=4, cap=32) is None
+    assert first_round_for(records, 0, config=HistoryConfig(target=0.9), n=4, cap=32) is None
     assert first_round_for(records, 1, config=HistoryConfig(target=0.0), n=4, cap=32) is None
     assert signal_probability(32, 1.0, 33.0) < 1 - 33 / 65 + 1e-12
     assert first_round_for([EpochRecord(0, 0, 32)], 1, config=HistoryConfig(target=0.5), n=4, cap=32) is None

@@ -112,7 +112,7 @@ class AdaConfig:
     cancel: bool = False  # check the exit rule after every sample and cancel the rest of the round once it holds
     cancel_order: str = "arrival"  # samples enter the pool as they arrive, or in request order (no length bias)
     history: bool = False  # per-prompt first round size and skips from earlier epochs (history.py)
-    history_target: float = 0.9
+    history_target: float = 0.0  # 0: no first-round sizing (measured to cost tokens; see history.py)
     history_skip: float = 0.5
     history_window: int = 1
 
@@ -168,7 +168,7 @@ class _Round:
 
     size: int
     arrived: set = field(default_factory=set)
-    waiting: dict = field(default_factory=dict)  # request index -> (score, reward, item)
+    waiting: dict = field(default_factory=dict)  # request index -> (score, reward, item, length)
     next_index: int = 0  # request order: the first request not yet in the pool
     valid: List[float] = field(default_factory=list)  # rewards of this round's samples that entered the pool
     stopped: bool = False  # the exit rule held mid-round: the rest is cancelled
