@@ -91,7 +91,9 @@ def add_project_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
 
     g = parser.add_argument_group("Faults (openrlhf-ada): what a long run survives")
     g.add_argument("--fault.reward_timeout", type=float, default=60.0,
-                   help="Seconds one reward-function call may take; later it counts as a failed sample")
+                   help="Seconds one call of a Python reward function may run (counted from when it starts, not "
+                        "while it waits for a thread); longer counts as a failed sample. HTTP reward servers keep "
+                        "upstream's policy (180 s per request, 5 tries)")
     g.add_argument("--fault.max_failed_share", type=float, default=0.5,
                    help="Stop the run when more than this share of a step's samples got no usable reward")
     g.add_argument("--fault.engine_timeout", type=float, default=900.0,

@@ -182,3 +182,48 @@ def test_every_sample_keeps_its_index_mapping():
     assert sorted(got) == list(range(8))
     assert list(itertools.chain.from_iterable(e.index for e in out)) == [5, 0, 3, 6, 1, 7, 2, 4]
     assert got[0] == pytest.approx(0.75)
+
+
+@pytest.mark.parametrize("estimator,expected", [("dr_grpo", [0.75, 0.75, -0.75, -0.75]),
+                                                ("group_norm", [0.866025, 0.866025, -0.866025, -0.866025]),
+                                                ("rloo", [1.0, 1.0, -1.0, -1.0])])
+def test_pool_statistics_include_length_penalties(estimator, expected):
+    """Issue 10, fault 5: rewards 1, 1, 0, 0, the two wrong answers truncated, --reward.stop_properly_penalty_coef
+    -0.5 (truncated -> -0.5), pool = the kept group. Upstream's group statistics are taken after the penalty; the
+    pool statistics the samples generator keeps must be too. Expected values by hand: penalised rewards
+    1, 1, -0.5, -0.5 (mean 0.25, unbiased std 0.866)."""
+    from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool
+    from openrlhf_ada.trainer.ppo_utils.samples_generator import penalised_rewards
+
+    args = make_args(estimator, *ADA, "--reward.stop_properly_penalty_coef", "-0.5")
+    rewards, truncated = [1.0, 1.0, 0.0, 0.0], [False, False, True, True]
+
+    def samples():
+        return [Experience(action_mask=torch.ones(1, T, dtype=torch.bool), rewards=torch.tensor([r]),
+                           scores=torch.tensor([r]), response_length=torch.tensor([float(T)]),
+                           truncated=torch.tensor([t]), kl=torch.zeros(1, T), index=[i], info={})
+                for i, (r, t) in enumerate(zip(rewards, truncated))]
+
+    pool = PromptPool(AdaConfig(n=N, enable=True, round_size=N, max_rounds=1, baseline="pool"))
+    generated = samples()
+    pool.add_round(scores=rewards, rewards=penalised_rewards(generated, args), items=generated)
+    assert [e.rewards.item() for e in generated] == rewards  # the samples themselves keep their raw rewards
+    kept = samples()
+    for e in kept:
+        e.info.update(ada_pool_count=torch.tensor([float(pool.count)]), ada_pool_mean=torch.tensor([pool.mean]),
+                      ada_pool_std=torch.tensor([pool.std]))
+    batch = [Experience.concat_experiences(kept, 0)]
+    ours = run(AdaExperienceMaker, args, batch)
+    assert per_sample_advantage(ours) == pytest.approx(expected, abs=1e-5)
+    upstream = run(RemoteExperienceMaker, make_args(estimator, "--reward.stop_properly_penalty_coef", "-0.5"),
+                   [Experience.concat_experiences(samples(), 0)])
+    assert per_sample_advantage(upstream) == pytest.approx(expected, abs=1e-5)
+
+
+def test_per_prompt_values_leave_info_once_used():
+    """Issue 10, fault 7: upstream logs every info key as a batch average; the pool statistics and pool indices
+    mean nothing averaged, so they are gone once the advantages are computed (features on or off)."""
+    extra = dict(POOL, ada_pool_index=[0, 1], ada_samples=[8, 4])
+    for flags in (ADA, ()):
+        out = run(AdaExperienceMaker, make_args("dr_grpo", *flags), make_experiences(pool=extra))
+        assert not [k for e in out for k in e.info if k.startswith(("ada_pool", "ada_samples"))]

@@ -168,3 +168,53 @@ def test_cluster_trainer_writes_standard_metric_rows(tmp_path):
     assert rows[0]["reward_mean"] == 0.25 and rows[0]["generated_tokens"] == 80 and rows[0]["samples_per_prompt"] == 4
     assert rows[1]["generated_tokens_total"] == 180 and rows[1]["eta"] == 0.4 and rows[1]["samples_per_prompt"] == 6
     assert rows[1]["zero_adv_group_share"] == 0.25 and "generated_samples" not in rows[0]
+
+
+def test_a_resumed_cluster_run_does_not_duplicate_steps(tmp_path):
+    """Issue 11, item 3: a run logged steps 1-5 but its last checkpoint is step 3; resumed, it redoes step 4 on.
+    The rows of the redone steps go, and the running token total continues from step 3's."""
+    import json
+
+    from openrlhf_ada.trainer.ppo_trainer import AdaTrainerMixin
+
+    class Upstream:
+        def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
+            pass
+
+    class Trainer(AdaTrainerMixin, Upstream):
+        args = parse_args(BASE + ["--ckpt.path", str(tmp_path)])
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"step": k, "generated_tokens_total": 100.0 * k}) + "\n" for k in range(1, 6)))
+    Trainer().save_logs_and_checkpoints(4, {"rollout/response_length_mean": 10.0, "rollout/num_samples": 8.0})
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert rows[-1]["generated_tokens_total"] == 300.0 + 80.0
+
+
+def test_the_cluster_trainer_warns_when_every_reward_is_the_same(monkeypatch):
+    """Issue 11, item 5, in the cluster trainer: three steps whose rewards are all 0 -> a warning in the log (the
+    trainer actor's log reaches the driver) and the streak in the step's metrics."""
+    import torch
+    from openrlhf.trainer.ppo_utils.experience import Experience
+
+    import openrlhf_ada.trainer.ppo_trainer as trainer_module
+    from openrlhf_ada.trainer.ppo_trainer import AdaTrainerMixin
+    from openrlhf_ada.utils.signal_watch import SignalState
+
+    class Upstream:
+        def train_step(self, rollout_samples, global_step):
+            return {"policy_loss": 0.0}, global_step + 1
+
+    class Trainer(AdaTrainerMixin, Upstream):
+        pass
+
+    warnings = []
+    monkeypatch.setattr(trainer_module.logger, "warning", lambda message: warnings.append(message))
+    trainer = Trainer()
+    trainer._sync_engines, trainer._signal_state = [], SignalState()
+    trainer.experience_maker = type("Maker", (), {})()
+    samples = [Experience(rewards=torch.tensor([0.0]), labels=["l"], info={}) for _ in range(4)]
+    statuses = [trainer.train_step(samples, step)[0] for step in range(3)]
+    assert [s["signal/constant_reward_steps"] for s in statuses] == [1.0, 2.0, 3.0]
+    assert len(warnings) == 1 and "every reward of the last 3 steps was 0" in warnings[0]

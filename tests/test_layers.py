@@ -7,7 +7,7 @@ import sys
 
 ALGORITHMS = pathlib.Path(__file__).resolve().parents[1] / "openrlhf_ada" / "algorithms"
 ALLOWED = {"torch", "openrlhf_ada", "__future__", "dataclasses", "importlib", "logging", "math", "os", "random", "sys",
-           "typing", "collections", "functools", "itertools", "statistics", "hashlib"}
+           "typing", "collections", "functools", "itertools", "statistics", "hashlib", "inspect"}
 
 
 def test_algorithm_modules_import_only_torch_and_the_standard_library():

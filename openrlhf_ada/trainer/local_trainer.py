@@ -45,7 +45,7 @@ from tqdm import tqdm
 from openrlhf_ada.trainer.ppo_utils.experience_maker import AdaExperienceMaker
 from openrlhf_ada.trainer.ppo_utils.samples_generator import AdaSamplesGenerator
 from openrlhf_ada.utils.checkpoint_dir import find_checkpoint, remove_checkpoint, write_checkpoint
-from openrlhf_ada.utils.metrics_log import MetricsWriter
+from openrlhf_ada.utils.metrics_log import MetricsWriter, keep_rows_up_to
 from openrlhf_ada.utils.signal_watch import SignalState, observe, reward_file_logs
 
 
@@ -167,7 +167,7 @@ class LocalTrainer:
         resumed = self.maybe_resume()
         metrics_path = os.path.join(config.output_dir, "metrics.jsonl")
         if resumed:
-            keep_rows_up_to(metrics_path, self.global_step)  # rows of steps after the checkpoint are redone
+            keep_rows_up_to(metrics_path, self.global_step, who="train_local")  # rows of steps after the checkpoint are redone
         elif config.overwrite:
             remove_checkpoint(args.ckpt.path)  # a crash before the first save must not resume the earlier run
         self.sync_weights()
@@ -424,33 +424,6 @@ class LocalTrainer:
         self._saved_step = self.global_step
         print(f"[train_local] resumed from {path} at step {self.global_step}")
         return True
-
-
-def keep_rows_up_to(path: str, last_step: int) -> None:
-    """Drop the rows of steps after `last_step` from a metrics.jsonl (and a line cut short by a crash), atomically:
-    a resumed run writes those steps again."""
-    if not os.path.isfile(path):
-        return
-    kept, dropped = [], 0
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                row = json.loads(line)
-                step = int(row["step"])
-            except (ValueError, TypeError, KeyError):
-                dropped += bool(line.strip())
-                continue
-            if step <= last_step:
-                kept.append(line if line.endswith("\n") else line + "\n")
-            else:
-                dropped += 1
-    if not dropped:
-        return
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.writelines(kept)
-    os.replace(tmp, path)
-    print(f"[train_local] {path}: {dropped} rows after the checkpoint's step {last_step} removed (they are redone)")
 
 
 def _shm_or_tmp() -> str:

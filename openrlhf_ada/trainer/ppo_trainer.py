@@ -10,14 +10,20 @@ import os
 
 import ray
 from openrlhf.trainer.ppo_trainer import PPOTrainer
+from openrlhf.utils.logging_utils import init_logger
 
 from openrlhf_ada.trainer.ppo_utils.experience_maker import AdaExperienceMaker
-from openrlhf_ada.trainer.ppo_utils.samples_generator import AdaSamplesGenerator
-from openrlhf_ada.utils.metrics_log import MetricsWriter, standardize
+from openrlhf_ada.trainer.ppo_utils.samples_generator import AdaSamplesGenerator, data_parallel_unit, resume_hint
+from openrlhf_ada.utils.metrics_log import MetricsWriter, keep_rows_up_to, read_metrics, standardize
+from openrlhf_ada.utils.signal_watch import SignalState, observe
+
+logger = init_logger(__name__)
 
 
 class AdaTrainerMixin:
-    """For classes built on BasePPOTrainer: swap in AdaExperienceMaker and tell it which step it is computing."""
+    """For classes built on BasePPOTrainer: swap in AdaExperienceMaker, tell it which step it is computing, stop on
+    a lost rollout engine before the weight sync would wait for it, watch the training signal, and write
+    <ckpt.path>/metrics.jsonl."""
 
     def _install_ada_experience_maker(self) -> None:
         upstream = self.experience_maker
@@ -30,20 +36,62 @@ class AdaTrainerMixin:
             upstream.strategy,
             upstream.tokenizer,
         )
+        # the engines the policy actor syncs weights to (the samples generator may prune its own list)
+        self._sync_engines = list(self.vllm_engines or [])
+        self._signal_state = SignalState()
+        if self.args.ada.enable and (self.args.ada.unresolved == "drop" or self.args.algo.dynamic_filtering_enable):
+            logger.warning(
+                "the learning-rate schedule is built for upstream's step count (prompts x n / --train.batch_size x "
+                "episodes); with --ada.unresolved drop or dynamic filtering each step draws more prompts than "
+                "--rollout.batch_size, so the run ends before the schedule does and the last learning rate is above "
+                "its final value (the log's actor_lr shows it; --actor.lr_scheduler constant_with_warmup avoids it)"
+            )
+
+    def _stop_on_lost_engines(self) -> None:
+        """Every rollout engine must answer before a step trains: the weight sync after it addresses each of them,
+        and a dead one makes it raise (CUDA IPC) or wait forever (an NCCL group has a fixed size)."""
+        lost = []
+        for i, engine in enumerate(self._sync_engines):
+            check = getattr(engine, "check_health", None) or engine.get_num_unfinished_requests
+            try:
+                ray.get(check.remote(), timeout=60)
+            except Exception as e:  # dead, engine core dead, or hung
+                lost.append(f"rollout engine {i} of {len(self._sync_engines)}: {type(e).__name__}: "
+                            f"{str(e).splitlines()[0][:300] if str(e) else ''}")
+        if lost:
+            raise RuntimeError(f"lost {'; '.join(lost)}. The run stops before the weight sync would wait for it. "
+                               f"Last checkpoint: {resume_hint(self.args)}")
+
+    def broadcast_to_vllm(self) -> None:
+        self._stop_on_lost_engines()  # an engine may also die while the step trains
+        super().broadcast_to_vllm()
 
     def train_step(self, rollout_samples, global_step: int):
-        self.experience_maker.global_step = global_step + 1  # the step this update will be logged as
-        return super().train_step(rollout_samples, global_step)
+        self._stop_on_lost_engines()
+        step = global_step + 1  # the step this update will be logged as
+        self.experience_maker.global_step = step
+        self._signal_state, signal_metrics, warnings = observe(
+            self._signal_state, step=step, rewards=[float(s.rewards.reshape(-1)[0]) for s in rollout_samples if s.rewards is not None],
+            infos=[s.info for s in rollout_samples], labels=[s.labels[0] for s in rollout_samples])
+        for warning in warnings:
+            logger.warning(warning)
+        status, global_step = super().train_step(rollout_samples, global_step)
+        status.update(signal_metrics)
+        return status, global_step
 
     def save_logs_and_checkpoints(self, global_step: int, logs_dict=None, client_states=None) -> None:
         """Upstream's logging and checkpoints, plus one JSON line per step in <--ckpt.path>/metrics.jsonl (the
-        format openrlhf_ada.cli.compare reads), whatever wandb/tensorboard are set to."""
+        format openrlhf_ada.cli.compare reads), whatever wandb/tensorboard are set to. A resumed run first drops
+        the rows of the steps it redoes and continues the running token total."""
         super().save_logs_and_checkpoints(global_step, logs_dict, client_states)
         if logs_dict:
             if getattr(self, "_metrics_writer", None) is None:
                 path = os.path.join(self.args.ckpt.path, "metrics.jsonl")
+                keep_rows_up_to(path, global_step - 1, who="openrlhf_ada")
+                earlier = read_metrics(path) if os.path.isfile(path) else []
+                self._generated_tokens_total = float(earlier[-1].get("generated_tokens_total") or 0.0) if earlier \
+                    else 0.0
                 self._metrics_writer = MetricsWriter(path, append=True)
-                self._generated_tokens_total = 0.0
             row = standard_metrics(logs_dict, self.args.rollout.n_samples_per_prompt)
             self._generated_tokens_total += row.get("generated_tokens", 0.0)
             row["generated_tokens_total"] = self._generated_tokens_total
@@ -64,10 +112,19 @@ def standard_metrics(status: dict, n: int) -> dict:
     return row
 
 
+def cluster_samples_generator(upstream_generator) -> AdaSamplesGenerator:
+    """The project's samples generator in place of the one upstream's constructor made, set up for the cluster
+    trainer: short steps cut for the data-parallel ranks, stop at once when an engine is lost."""
+    generator = AdaSamplesGenerator.from_upstream(upstream_generator,
+                                                  batch_unit=data_parallel_unit(upstream_generator.args))
+    generator.stop_on_engine_loss = True
+    return generator
+
+
 class _AdaPPOTrainer(AdaTrainerMixin, PPOTrainer.__ray_actor_class__):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.samples_generator = AdaSamplesGenerator.from_upstream(self.samples_generator)
+        self.samples_generator = cluster_samples_generator(self.samples_generator)
         self._install_ada_experience_maker()
 
 

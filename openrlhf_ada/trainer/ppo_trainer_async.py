@@ -6,14 +6,13 @@ points those names at the project's subclasses inside its own actor process, the
 import openrlhf.trainer.ppo_trainer_async as upstream
 import ray
 
-from openrlhf_ada.trainer.ppo_trainer import AdaTrainerMixin
-from openrlhf_ada.trainer.ppo_utils.samples_generator import AdaSamplesGenerator
+from openrlhf_ada.trainer.ppo_trainer import AdaTrainerMixin, cluster_samples_generator
 
 
 class _AdaGenerateSamplesActor(upstream.GenerateSamplesActor.__ray_actor_class__):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.samples_generator = AdaSamplesGenerator.from_upstream(self.samples_generator)
+        self.samples_generator = cluster_samples_generator(self.samples_generator)
 
 
 _UpstreamTrainingActor = upstream.TrainingActor.__ray_actor_class__
@@ -30,6 +29,7 @@ class _AdaTrainingActor(AdaTrainerMixin, _UpstreamTrainingActor):
         value together with a copy of its class: upstream's zero-arg `super().broadcast_to_vllm()` then names that
         copy, which is not in this class's MRO ("super(type, obj): obj must be an instance or subtype of type").
         This method ships by reference and calls the TrainingActor of the actor process's own import."""
+        self._stop_on_lost_engines()  # as AdaTrainerMixin.broadcast_to_vllm, which this replaces
         return _UpstreamTrainingActor.broadcast_to_vllm(self)
 
 

@@ -126,6 +126,34 @@ class MetricsWriter:
         self.close()
 
 
+def keep_rows_up_to(path: str, last_step: int, who: str = "metrics") -> int:
+    """Drop the rows of steps after `last_step` from a metrics.jsonl (and a line cut short by a crash), atomically:
+    a resumed run writes those steps again. Returns how many rows were dropped."""
+    if not os.path.isfile(path):
+        return 0
+    kept, dropped = [], 0
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                row = json.loads(line)
+                step = int(row["step"])
+            except (ValueError, TypeError, KeyError):
+                dropped += bool(line.strip())
+                continue
+            if step <= last_step:
+                kept.append(line if line.endswith("\n") else line + "\n")
+            else:
+                dropped += 1
+    if not dropped:
+        return 0
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.writelines(kept)
+    os.replace(tmp, path)
+    print(f"[{who}] {path}: {dropped} rows after the checkpoint's step {last_step} removed (they are redone)")
+    return dropped
+
+
 def read_metrics(path: str) -> List[dict]:
     """All rows of a metrics.jsonl (a run folder or the file itself), in step order; a later row for the same step
     (a resumed run) replaces the earlier one."""

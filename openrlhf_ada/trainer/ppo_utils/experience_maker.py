@@ -30,6 +30,9 @@ from openrlhf_ada.algorithms.baselines import GROUP_BASELINE_ESTIMATORS, pool_ba
 from openrlhf_ada.args import ada_config, adora_config
 
 POOL_KEYS = ("ada_pool_count", "ada_pool_mean", "ada_pool_std")
+#: Per-prompt values the samples generator puts in `info` for this class; removed once used: upstream logs every info
+#: key as a batch average, which for these means nothing.
+PER_PROMPT_KEYS = POOL_KEYS + ("ada_pool_index", "ada_samples")
 
 
 class RolloutOrder:
@@ -72,6 +75,13 @@ class AdaExperienceMaker(RemoteExperienceMaker):
 
     @torch.no_grad()
     def compute_advantages_and_returns(self, experiences: List[Experience]) -> List[Experience]:
+        experiences = self._advantages(experiences)
+        for e in experiences:
+            for key in PER_PROMPT_KEYS:
+                e.info.pop(key, None)
+        return experiences
+
+    def _advantages(self, experiences: List[Experience]) -> List[Experience]:
         if not self.uses_pool_baseline and not self.adora_active:
             return super().compute_advantages_and_returns(experiences)
         order = RolloutOrder(experiences, self.args.rollout.n_samples_per_prompt)

@@ -19,24 +19,40 @@ outcome and the kept group. This class only moves data:
 
 Without --ada.enable, training generation runs through the same loop as one round of n samples per prompt
 (`fixed_n_config`): the groups are upstream's, and failed rewards, dead engines and metrics are handled alike.
+
+What reaches upstream's trainer is made safe for it (`generate_samples`):
+- every sample of a step carries the same `info` keys (a step may mix two generation calls, and upstream's
+  replay buffer splits a batch by key; ranks with different keys would issue mismatched collectives);
+- a short step at the end of the data (drop mode, filtering, failures) holds a whole number of `batch_unit`s: the
+  trainer sets the unit so that every data-parallel rank gets the same number of full micro-batches; the groups
+  left over go into the next episode's first step;
+- upstream's dynamic-filtering pass rate counts groups, not samples.
+Failed rewards stop the step as soon as enough samples have come back to judge (`--fault.max_failed_share`), and a
+step draws at most one batch of replacement prompts for prompts lost to failed rewards. Evaluation leaves out the
+prompts whose samples got no reward (counted and logged) instead of crashing upstream's metrics.
 """
 
 from __future__ import annotations
 
+import math
+import os
 import time
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import List, Optional, Tuple
 
 import ray
 import torch
 from openrlhf.trainer.ppo_utils.experience import Experience
+from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
+from openrlhf.trainer.ppo_utils.length_penalty import logger as length_penalty_logger
 from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator, _collect_prompt_batch
 from openrlhf.utils.logging_utils import init_logger
 from tqdm import tqdm
 
 from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool, make_rng, step_metrics
 from openrlhf_ada.args import ada_config, fault_config
-from openrlhf_ada.trainer.ray.reward_guard import FAIL_NAMES
+from openrlhf_ada.trainer.ray.reward_guard import FAIL_CODES, FAIL_NAMES
 
 logger = init_logger(__name__)
 
@@ -93,22 +109,99 @@ class _FailureLog:
                     self.example = e
 
     def metrics(self) -> dict:
+        """The failed share and a count per reason: every reason every step (the same keys in every sample)."""
         out = {"fault/failed_share": self.failed / self.total if self.total else 0.0}
-        for reason, count in self.by_reason.items():
-            out[f"fault/failed_{reason}"] = float(count)
+        for reason in FAIL_CODES:
+            out[f"fault/failed_{reason}"] = float(self.by_reason.get(reason, 0))
         return out
 
-    def check(self, limit: float, reward_url, tokenizer) -> None:
-        if not self.total or self.failed / self.total <= limit:
-            return
+    def check(self, limit: float, reward_url, tokenizer, min_samples: int = 1) -> None:
+        """Stop when more than `limit` of the samples back so far failed, once at least `min_samples` are back."""
+        if self.total >= min_samples and self.failed / self.total > limit:
+            self.stop(f"{self.failed} of {self.total} samples of this step so far ({self.failed / self.total:.0%}) "
+                      f"got no usable reward from {reward_url} (limit --fault.max_failed_share {limit})", tokenizer)
+
+    def stop(self, what: str, tokenizer) -> None:
         e = self.example
         response = tokenizer.decode(e.sequences[0][e.action_mask[0].nonzero().flatten() + 1], skip_special_tokens=True)
         raise RuntimeError(
-            f"{self.failed} of {self.total} samples this step ({self.failed / self.total:.0%}) got no usable reward "
-            f"from {reward_url} (limit --fault.max_failed_share {limit}); reasons: {self.by_reason}. One failing "
-            f"input: prompt={e.prompts[0]!r}, label={e.labels[0]!r}, response={response[:500]!r}. Fix the reward "
-            "function (it must return one finite number per sample, within --fault.reward_timeout seconds)."
+            f"{what}; reasons: {self.by_reason}. One failing input: prompt={e.prompts[0]!r}, label={e.labels[0]!r}, "
+            f"response={response[:500]!r}. Fix the reward function (it must return one finite number per sample, "
+            "within --fault.reward_timeout seconds) and restart (--ckpt.load_enable continues from the last "
+            "checkpoint)."
         )
+
+
+def uniform_info_keys(samples: List[Experience]) -> List[str]:
+    """Give every sample the same `info` keys, a missing one as 0.0; returns the keys that had to be filled.
+
+    Upstream merges a batch's `info` per key and splits it again by position (`split_experience_batch`): a key
+    that only some samples carry raises "Size of info[k] (1) does not match batch_size (2)", and data-parallel ranks
+    holding different keys would reduce different metric dicts. The project's own keys are the same every step; a
+    reward file's extra_logs may not be."""
+    keys = set().union(*(e.info.keys() for e in samples)) if samples else set()
+    filled = set()
+    for e in samples:
+        for key in keys - e.info.keys():
+            e.info[key] = torch.zeros(1)
+            filled.add(key)
+    return sorted(filled)
+
+
+def penalised_rewards(experiences: List[Experience], args) -> List[Optional[float]]:
+    """Each sample's reward after upstream's length penalties (--reward.stop_properly_penalty_coef,
+    --reward.overlong_buffer_len ...), computed by upstream's own `apply_length_penalties` on stand-ins, so the
+    samples themselves keep their raw rewards (the experience maker penalises the kept ones later, as upstream does).
+    The pool statistics use these: with a pool equal to the kept group the pool baseline is then upstream's."""
+    raw = [_scalar(e.rewards) for e in experiences]
+    if getattr(args.reward, "overlong_buffer_len", None) is None and \
+            getattr(args.reward, "stop_properly_penalty_coef", None) is None:
+        return raw
+    valid = [i for i, r in enumerate(raw) if r is not None]
+    stand_ins = [SimpleNamespace(rewards=experiences[i].rewards.clone().float(), info={},
+                                 response_length=experiences[i].response_length, truncated=experiences[i].truncated)
+                 for i in valid]
+    level = length_penalty_logger.level
+    length_penalty_logger.setLevel("WARNING")  # it logs a line per call: per round here, per step in the maker
+    try:
+        apply_length_penalties(stand_ins, args)
+    finally:
+        length_penalty_logger.setLevel(level)
+    out = list(raw)
+    for i, stand_in in zip(valid, stand_ins):
+        out[i] = _scalar(stand_in.rewards)
+    return out
+
+
+def resume_hint(args) -> str:
+    """Where the cluster trainer's last checkpoint is and how to continue from it (upstream writes the tag of the
+    newest DeepSpeed checkpoint into <ckpt.path>/_actor/latest)."""
+    latest = os.path.join(args.ckpt.path, "_actor", "latest")
+    if not os.path.isfile(latest):
+        return (f"none in {args.ckpt.path} yet (--ckpt.save_steps {args.ckpt.save_steps}); a restart begins at step "
+                "1")
+    with open(latest) as f:
+        tag = f.read().strip()
+    return f"{tag} in {os.path.join(args.ckpt.path, '_actor')}; restart with the same flags plus --ckpt.load_enable"
+
+
+def data_parallel_unit(args) -> int:
+    """Samples in the smallest batch that every data-parallel rank of every model group can split evenly: whole
+    groups of n, and the same number of full rollout micro-batches per rank (upstream hands micro-batches to ranks
+    round-robin in chunks; fewer micro-batches than ranks raises "Insufficient batch size", an uneven count makes
+    ZeRO-3 ranks wait for each other's collectives)."""
+    n = args.rollout.n_samples_per_prompt
+    shards = args.ds.ring_attn_size * args.ds.tensor_parallel_size
+    ranks = [args.actor.num_nodes * args.actor.num_gpus_per_node // shards]
+    if args.algo.kl.init_coef > 0:
+        ranks.append(args.ref.num_nodes * args.ref.num_gpus_per_node // shards)
+    if getattr(args.critic, "model_name_or_path", None):
+        ranks.append(args.critic.num_nodes * args.critic.num_gpus_per_node // shards)
+    unit = n
+    for dp in ranks:
+        per = dp if args.train.dynamic_batch_enable else dp * args.rollout.micro_batch_size
+        unit = math.lcm(unit, max(1, per))
+    return unit
 
 
 class AdaSamplesGenerator(SamplesGenerator):
@@ -120,28 +213,85 @@ class AdaSamplesGenerator(SamplesGenerator):
         n = self.args.rollout.n_samples_per_prompt
         self.rounds = self.ada or (fixed_n_config(n, seed=getattr(self.args.train, "seed", 42)) if n >= 2 else None)
         self.fault = fault_config(self.args)
+        self.batch_unit = n  # a short step holds a multiple of this many samples (the cluster trainers set it)
+        self._carry: List[Experience] = []  # whole groups held back from a short step for the next one
         self._in_eval = False
         self._step = 0  # counts training generation calls; keys the per-prompt random generators
         self.last_metrics: dict = {}
+        self.lost_engines: List[str] = []  # what happened to each engine dropped so far
+        # The cluster trainers stop at once when an engine is lost: the policy actor's weight sync still addresses
+        # it (a dead member of the sync group makes the broadcast raise or hang). train_local goes on with the rest.
+        self.stop_on_engine_loss = False
 
     @classmethod
-    def from_upstream(cls, generator: SamplesGenerator) -> "AdaSamplesGenerator":
-        """Build from an upstream SamplesGenerator that an upstream constructor already made."""
-        return cls(
+    def from_upstream(cls, generator: SamplesGenerator, batch_unit: Optional[int] = None) -> "AdaSamplesGenerator":
+        """Build from an upstream SamplesGenerator that an upstream constructor already made; `batch_unit`: see
+        data_parallel_unit."""
+        new = cls(
             strategy=generator.strategy,
             prompts_dataloader=generator.prompts_dataloader,
             eval_dataloader=generator.eval_dataloader,
             tokenizer=generator.tokenizer,
             vllm_engines=generator.vllm_engines,
         )
+        if batch_unit is not None:
+            new.batch_unit = batch_unit
+        return new
+
+    @torch.no_grad()
+    def generate_samples(self, **generate_kwargs):
+        """Upstream's (its buffering of over-sampled groups included), plus what keeps upstream's trainer safe: the
+        same info keys in every sample, a short step cut to whole `batch_unit`s (the rest carried into the next
+        episode), and the dynamic-filtering pass rate in groups."""
+        samples, pass_rate, consumed, exhausted = super().generate_samples(**generate_kwargs)
+        full = self.args.rollout.batch_size * self.args.rollout.n_samples_per_prompt
+        if self.rounds is not None and samples and len(samples) < full:
+            usable = len(samples) // self.batch_unit * self.batch_unit
+            if usable < len(samples):
+                n = self.args.rollout.n_samples_per_prompt
+                self._carry = samples[usable:]
+                samples = samples[:usable]
+                logger.warning(
+                    f"short step at the end of the data: {len(samples) // n} groups trained now, "
+                    f"{len(self._carry) // n} held back for the next episode's first step (dropped if this was the "
+                    f"last episode), so that every data-parallel rank gets the same number of full micro-batches "
+                    f"(a multiple of {self.batch_unit} samples)"
+                )
+        filled = uniform_info_keys(samples)
+        if filled:
+            logger.warning(f"info keys missing from some samples of this step, set to 0: {filled} (a reward file "
+                           "whose extra_logs keys vary between samples?)")
+        if pass_rate is not None:  # upstream divides samples by prompts: n times too large
+            pass_rate = pass_rate / self.args.rollout.n_samples_per_prompt
+        return samples, pass_rate, consumed, exhausted
 
     @torch.no_grad()
     def generate_eval_samples(self, **generate_kwargs) -> List[Experience]:
+        """Upstream's evaluation generation, minus the prompts with a sample whose reward failed (upstream's
+        compute_eval_metrics would stop on the None: "Could not infer dtype of NoneType"); they are counted and
+        logged, and the metrics describe the rest."""
         self._in_eval = True  # evaluation generation stays upstream's
         try:
-            return super().generate_eval_samples(**generate_kwargs)
+            samples = super().generate_eval_samples(**generate_kwargs)
         finally:
             self._in_eval = False
+        n = generate_kwargs.get("n_samples_per_prompt", self.args.rollout.n_samples_per_prompt)
+        kept, failed_samples, failed_prompts = [], 0, 0
+        for i in range(0, len(samples), n):  # upstream returns each prompt's n samples together
+            group = samples[i : i + n]
+            bad = sum(e.rewards is None or not torch.isfinite(e.rewards).all() for e in group)
+            if bad:
+                failed_samples += bad
+                failed_prompts += 1
+            else:
+                kept.extend(group)
+        self.last_eval_failures = {"eval_failed_samples": float(failed_samples),
+                                   "eval_failed_prompts": float(failed_prompts)}
+        if failed_samples:
+            logger.warning(f"evaluation: {failed_samples} of {len(samples)} samples got no reward from "
+                           f"{self.args.reward.remote_url}; their {failed_prompts} prompts are left out of the eval "
+                           f"metrics, which describe the other {len(kept) // n} prompts")
+        return kept
 
     def _generate_vllm(
         self, dataloader_iter, num_prompts: int, dynamic_filtering, **generate_kwargs
@@ -151,23 +301,35 @@ class AdaSamplesGenerator(SamplesGenerator):
         return self._generate_rounds(dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs)
 
     # -- faults ---------------------------------------------------------------------------------------------------
-    def _drop_dead_engines(self, error) -> None:
-        """Keep only the engines that still answer; with none left, stop with a clear error."""
-        alive = []
-        for engine in self.vllm_engines:
+    def _drop_dead_engines(self, error) -> List[str]:
+        """Keep only the engines that still answer a health check; returns what happened to the others. With none
+        left, stop with a clear error. An engine whose vLLM engine core died inside a live Ray actor fails the check
+        too (its calls raise a RayTaskError, not a RayActorError)."""
+        alive, lost = [], []
+        for i, engine in enumerate(self.vllm_engines):
+            check = getattr(engine, "check_health", None) or engine.get_num_unfinished_requests
             try:
-                ray.get(engine.get_num_unfinished_requests.remote(), timeout=30)
+                ray.get(check.remote(), timeout=30)
                 alive.append(engine)
-            except Exception:  # dead, or not answering: either way it gets no more work
-                pass
-        logger.warning(f"rollout engine lost ({type(error).__name__}); {len(alive)} of {len(self.vllm_engines)} "
-                       "engines left; its rounds go to the others")
+            except Exception as e:  # dead, engine core dead, or not answering: either way it gets no more work
+                lost.append(f"rollout engine {i} of {len(self.vllm_engines)} ({engine}): {type(e).__name__}: "
+                            f"{str(e).splitlines()[0][:300] if str(e) else ''}")
+        self.lost_engines.extend(lost)
+        if lost and self.stop_on_engine_loss:
+            raise RuntimeError(
+                f"lost {'; '.join(lost)}. The run stops here: the weight sync after this step would wait for the "
+                f"lost engine. Last checkpoint: {resume_hint(self.args)}. Error that revealed it: "
+                f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
+            ) from error
+        for what in lost:
+            logger.warning(f"{what}; its rounds go to the other engines")
         self.vllm_engines[:] = alive
         if not alive:
             raise RuntimeError(
                 f"every rollout engine has died (last error: {type(error).__name__}: {error}); nothing can generate. "
                 "Check the engines' logs (out of memory?) and restart from the last checkpoint."
             ) from error
+        return lost
 
     def _check_stalled(self, last_progress: float, pending: int) -> None:
         if time.time() - last_progress > self.fault.engine_timeout:
@@ -185,12 +347,17 @@ class AdaSamplesGenerator(SamplesGenerator):
         generate_kwargs = {k: v for k, v in generate_kwargs.items() if k != "n_samples_per_prompt"}
         started = time.time()
 
+        carried, self._carry = self._carry, []  # whole groups held back from the last episode's short step
+        num_prompts -= len(carried) // self.args.rollout.n_samples_per_prompt
         prompts_consumed = 0
         exhausted = False
         next_uid = 0
         finished: List[_Prompt] = []  # every prompt processed this step, in the order drawn
         accepted: dict = {}  # uid -> kept experiences
-        filtered = engine_failures = 0
+        filtered = engine_failures = lost_to_failures = 0
+        held_back: List[int] = []  # prompts lost to failed rewards, not yet replaced
+        # judge the failed share once this many samples are back (a reward that always fails stops in round 1)
+        min_judged = max(16, 2 * self.args.rollout.n_samples_per_prompt)
 
         def draw(count: int) -> List[_Prompt]:
             nonlocal prompts_consumed, exhausted, next_uid
@@ -223,11 +390,20 @@ class AdaSamplesGenerator(SamplesGenerator):
 
         def finish(item: _Prompt) -> int:
             """Record a prompt whose pool is done; return how many replacement prompts it needs (0 or 1)."""
-            nonlocal filtered
+            nonlocal filtered, lost_to_failures
             finished.append(item)
             kept = [item.pool.items[i] for i in item.pool.select()]
             if not kept:
-                return 1  # dropped or failed
+                if item.pool.outcome == "failed":  # too few samples with a reward to form a group
+                    lost_to_failures += 1
+                    if lost_to_failures > num_prompts:  # at most one batch of replacements for failed rewards
+                        failures.stop(f"{lost_to_failures} prompts of this step could not form a group because "
+                                      f"their samples got no usable reward from {self.args.reward.remote_url} (at "
+                                      f"most {num_prompts} are replaced per step; {failures.failed} of "
+                                      f"{failures.total} samples failed)", self.tokenizer)
+                    held_back.append(item.uid)  # replaced once the failed share has been judged acceptable
+                    return 0
+                return 1  # dropped
             if dynamic_filtering:
                 lo, hi = self.args.algo.dynamic_filtering_range
                 mean_score = sum(_score(e) for e in kept)
@@ -240,7 +416,7 @@ class AdaSamplesGenerator(SamplesGenerator):
 
         active = draw(num_prompts)
         if not active:
-            return [], 0, True
+            return carried, 0, True
         pbar = tqdm(total=num_prompts, desc="Generate samples (Reinforce-Ada)" if self.ada else "Generate samples")
         waiting_round: List[_Prompt] = []  # sync schedule: prompts whose next round waits for the barrier
         dispatch(active)
@@ -256,18 +432,23 @@ class AdaSamplesGenerator(SamplesGenerator):
                 item = pending.pop(ref)
                 try:
                     responses = ray.get(ref)
-                except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as e:
-                    # the engine died mid-round: the round is lost, not counted; run it again elsewhere
-                    self._drop_dead_engines(e)
+                except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError,
+                        ray.exceptions.RayTaskError) as e:
+                    # an engine died mid-round (its actor, or the vLLM engine core inside a live actor): the round is
+                    # lost, not counted; run it again elsewhere. A task error with every engine healthy is a bug.
+                    if not self._drop_dead_engines(e) and isinstance(e, ray.exceptions.RayTaskError):
+                        raise
                     engine_failures += 1
                     to_dispatch.append(item)
                     continue
                 last_progress = time.time()
                 experiences = [self._process_response_into_experience(r, **generate_kwargs) for r in responses]
                 failures.record(experiences)
+                failures.check(self.fault.max_failed_share, self.args.reward.remote_url, self.tokenizer,
+                               min_samples=min_judged)
                 item.pool.add_round(
                     scores=[_score(e) for e in experiences],
-                    rewards=[_scalar(e.rewards) for e in experiences],
+                    rewards=penalised_rewards(experiences, self.args),
                     items=experiences,
                     lengths=[int(e.response_length.reshape(-1)[0].item()) for e in experiences],
                 )
@@ -278,6 +459,9 @@ class AdaSamplesGenerator(SamplesGenerator):
                     to_dispatch.append(item)
                 else:
                     waiting_round.append(item)
+            if held_back and (failures.total >= min_judged or not pending):
+                refill += len(held_back)  # the share check has passed on enough samples (or nothing else runs)
+                held_back.clear()
             to_dispatch += draw(refill)
             if ada.schedule == "sync":
                 # the barrier: next rounds (and replacements) start only when every round in flight is back
@@ -300,7 +484,7 @@ class AdaSamplesGenerator(SamplesGenerator):
             metrics = {k: v for k, v in metrics.items() if k in FIXED_N_METRICS or k.startswith("fault/")}
         self.last_metrics = metrics
 
-        out: List[Experience] = []
+        out: List[Experience] = list(carried)
         for item in sorted(finished, key=lambda it: it.uid):
             kept = accepted.get(item.uid)
             if not kept:

@@ -74,6 +74,9 @@ class _HFRolloutActor(RolloutRayActor.__ray_actor_class__):
     def get_num_unfinished_requests(self) -> int:
         return self._unfinished
 
+    def check_health(self) -> None:
+        """The engine is this actor: answering is being healthy."""
+
     async def load_weights_from_file(self, path: str) -> None:
         self.model.load_state_dict(load_file(path), strict=True)
 

@@ -39,6 +39,10 @@ class _AdaRolloutRayActor(RolloutRayActor.__ray_actor_class__):
         await self.llm.collective_rpc(reload_weights_from_file, args=(path,))
         await self.llm.reset_prefix_cache()
 
+    async def check_health(self) -> None:
+        """Raises when the vLLM engine core inside this actor has died (the actor itself may still answer)."""
+        await self.llm.check_health()
+
     async def reseed(self, epoch: int) -> None:
         """vLLM is seeded once at start (a per-request seed fails on its CPU backend); nothing to do per step."""
 
