@@ -218,3 +218,35 @@ def test_the_cluster_trainer_warns_when_every_reward_is_the_same(monkeypatch):
     statuses = [trainer.train_step(samples, step)[0] for step in range(3)]
     assert [s["signal/constant_reward_steps"] for s in statuses] == [1.0, 2.0, 3.0]
     assert len(warnings) == 1 and "every reward of the last 3 steps was 0" in warnings[0]
+
+
+def test_the_cluster_checkpoint_carries_the_samplers_state_with_the_data_position():
+    """Upstream checkpoints prompts_dataloader.state_dict() with every step and hands it back on resume; the
+    wrapper adds the sampler's state under its own key and gives the loader only its own."""
+    from openrlhf_ada.trainer.ppo_utils.samples_generator import LoaderWithSamplerState
+
+    class Loader:
+        loaded = None
+
+        def state_dict(self):
+            return {"position": 7}
+
+        def load_state_dict(self, state):
+            Loader.loaded = state
+
+    class Generator:
+        restored = None
+
+        def state_dict(self):
+            return {"step": 3}
+
+        def load_state_dict(self, state):
+            Generator.restored = state
+
+    wrapped = LoaderWithSamplerState(Loader(), Generator())
+    state = wrapped.state_dict()
+    assert state == {"position": 7, LoaderWithSamplerState.KEY: {"step": 3}}
+    wrapped.load_state_dict(state)
+    assert Loader.loaded == {"position": 7} and Generator.restored == {"step": 3}
+    wrapped.load_state_dict({"position": 2})  # a checkpoint written before the wrapper: the loader's part only
+    assert Loader.loaded == {"position": 2} and Generator.restored == {"step": 3}

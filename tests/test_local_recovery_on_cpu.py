@@ -99,7 +99,7 @@ def test_a_reward_failing_at_step_5_keeps_step_4_and_resume_reproduces_the_run(t
     assert "checkpoint of the last completed step 4 written" in err
     state = state_of(out)
     # by hand: 4 completed steps x 4 prompts = 16 prompts consumed (not the prompts step 5 drew before it failed)
-    assert (state["global_step"], state["loader"], state["generator_step"]) == (4, {"episode": 0, "consumed": 16}, 4)
+    assert (state["global_step"], state["loader"], state["generator"]["step"]) == (4, {"episode": 0, "consumed": 16}, 4)
     assert [r["step"] for r in read_metrics(str(out))] == [1, 2, 3, 4]
 
     reward_file(task)  # fixed

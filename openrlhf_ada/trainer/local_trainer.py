@@ -70,7 +70,7 @@ class StepState:
     global_step: int
     generated_tokens_total: float
     loader: dict
-    generator_step: int
+    generator: dict  # AdaSamplesGenerator.state_dict()
     torch_rng: list
     signal: dict
 
@@ -372,7 +372,7 @@ class LocalTrainer:
 
     def capture_state(self) -> StepState:
         return StepState(global_step=self.global_step, generated_tokens_total=self.generated_tokens_total,
-                         loader=dict(self.loader.state_dict()), generator_step=self.generator._step,
+                         loader=dict(self.loader.state_dict()), generator=self.generator.state_dict(),
                          torch_rng=torch.get_rng_state().tolist(), signal=asdict(self.signal_state))
 
     def save_checkpoint(self) -> bool:
@@ -416,8 +416,8 @@ class LocalTrainer:
         self.global_step = state["global_step"]
         self.generated_tokens_total = state["generated_tokens_total"]
         self.loader.load_state_dict(state["loader"])
-        self.generator._step = state["generator_step"]
-        self.generator._dataloader_iter = None
+        self.generator.load_state_dict(state["generator"] if "generator" in state
+                                       else {"step": state["generator_step"]})  # checkpoints before the field
         self.signal_state = SignalState(**state.get("signal", {}))
         torch.set_rng_state(torch.tensor(state["torch_rng"], dtype=torch.uint8))
         self._completed = self.capture_state()

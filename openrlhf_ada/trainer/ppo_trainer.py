@@ -13,7 +13,12 @@ from openrlhf.trainer.ppo_trainer import PPOTrainer
 from openrlhf.utils.logging_utils import init_logger
 
 from openrlhf_ada.trainer.ppo_utils.experience_maker import AdaExperienceMaker
-from openrlhf_ada.trainer.ppo_utils.samples_generator import AdaSamplesGenerator, data_parallel_unit, resume_hint
+from openrlhf_ada.trainer.ppo_utils.samples_generator import (
+    AdaSamplesGenerator,
+    LoaderWithSamplerState,
+    data_parallel_unit,
+    resume_hint,
+)
 from openrlhf_ada.utils.metrics_log import MetricsWriter, keep_rows_up_to, read_metrics, standardize
 from openrlhf_ada.utils.signal_watch import SignalState, observe
 
@@ -112,19 +117,23 @@ def standard_metrics(status: dict, n: int) -> dict:
     return row
 
 
-def cluster_samples_generator(upstream_generator) -> AdaSamplesGenerator:
-    """The project's samples generator in place of the one upstream's constructor made, set up for the cluster
-    trainer: short steps cut for the data-parallel ranks, stop at once when an engine is lost."""
-    generator = AdaSamplesGenerator.from_upstream(upstream_generator,
-                                                  batch_unit=data_parallel_unit(upstream_generator.args))
+def install_cluster_samples_generator(owner) -> None:
+    """Put the project's samples generator in place of the one upstream's constructor made on `owner` (PPOTrainer,
+    or the async GenerateSamplesActor), set up for the cluster trainer: short steps cut for the data-parallel ranks,
+    a stop at once when an engine is lost, and the sampler's state checkpointed with the data position (the owner's
+    `prompts_dataloader`, whose state_dict upstream saves with every checkpoint)."""
+    generator = AdaSamplesGenerator.from_upstream(owner.samples_generator,
+                                                  batch_unit=data_parallel_unit(owner.samples_generator.args))
     generator.stop_on_engine_loss = True
-    return generator
+    generator.prompts_dataloader = owner.prompts_dataloader = LoaderWithSamplerState(owner.prompts_dataloader,
+                                                                                      generator)
+    owner.samples_generator = generator
 
 
 class _AdaPPOTrainer(AdaTrainerMixin, PPOTrainer.__ray_actor_class__):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.samples_generator = cluster_samples_generator(self.samples_generator)
+        install_cluster_samples_generator(self)
         self._install_ada_experience_maker()
 
 

@@ -6,13 +6,13 @@ points those names at the project's subclasses inside its own actor process, the
 import openrlhf.trainer.ppo_trainer_async as upstream
 import ray
 
-from openrlhf_ada.trainer.ppo_trainer import AdaTrainerMixin, cluster_samples_generator
+from openrlhf_ada.trainer.ppo_trainer import AdaTrainerMixin, install_cluster_samples_generator
 
 
 class _AdaGenerateSamplesActor(upstream.GenerateSamplesActor.__ray_actor_class__):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.samples_generator = cluster_samples_generator(self.samples_generator)
+        install_cluster_samples_generator(self)
 
 
 _UpstreamTrainingActor = upstream.TrainingActor.__ray_actor_class__

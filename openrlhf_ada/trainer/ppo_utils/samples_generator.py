@@ -173,6 +173,39 @@ def penalised_rewards(experiences: List[Experience], args) -> List[Optional[floa
     return out
 
 
+class LoaderWithSamplerState:
+    """Upstream's prompt dataloader with the samples generator's state inside its state_dict.
+
+    Both upstream trainers checkpoint `prompts_dataloader.state_dict()` with every step (sync: PPOTrainer.fit;
+    async: GenerateSamplesActor.fit builds the client states) and give it back to `load_state_dict` on resume. The
+    sampler's state belongs to the same moment as the data position, so it travels with it, under one key that
+    this wrapper adds and removes; everything else is the loader's."""
+
+    KEY = "openrlhf_ada_sampler"
+
+    def __init__(self, loader, generator: "AdaSamplesGenerator"):
+        self._loader, self._generator = loader, generator
+
+    def state_dict(self) -> dict:
+        return {**self._loader.state_dict(), self.KEY: self._generator.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        state = dict(state)
+        sampler = state.pop(self.KEY, None)
+        self._loader.load_state_dict(state)
+        if sampler is not None:
+            self._generator.load_state_dict(sampler)
+
+    def __iter__(self):
+        return iter(self._loader)
+
+    def __len__(self):
+        return len(self._loader)
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
 def resume_hint(args) -> str:
     """Where the cluster trainer's last checkpoint is and how to continue from it (upstream writes the tag of the
     newest DeepSpeed checkpoint into <ckpt.path>/_actor/latest)."""
@@ -237,6 +270,17 @@ class AdaSamplesGenerator(SamplesGenerator):
         if batch_unit is not None:
             new.batch_unit = batch_unit
         return new
+
+    # -- checkpoint state -----------------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """What a checkpoint must hold of the sampler besides the data position (plain JSON-able values): the
+        generation-call counter that seeds each step's per-prompt random generators. Groups held back from a short
+        step are not saved (a resumed run starts its episode without them; they are logged when held back)."""
+        return {"step": self._step}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._step = int(state.get("step", 0))
+        self._dataloader_iter = None  # the loader's own state says where the data continues
 
     @torch.no_grad()
     def generate_samples(self, **generate_kwargs):
