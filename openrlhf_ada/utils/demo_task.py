@@ -16,12 +16,16 @@ Rows are OpenRLHF 0.11.2 prompt-dataset jsonl (``load_dataset("json")``), the sa
     a JSON object in a string: ``{"task": "reasoning_gym", "dataset": "chain_sum", "entry": {...}}`` where ``entry``
     is reasoning-gym's generated item (``question``, ``answer``, ``metadata``), what its ``score_answer`` needs;
 ``datasource``
-    the reasoning-gym dataset name.
+    the reasoning-gym dataset name, or with ``datasource="difficulty"`` the dataset and the item's difficulty from
+    its metadata (``chain_sum_3terms_2digits``: number of terms and digits per term), so that upstream's eval metrics
+    (per ``datasource``) give the accuracy per difficulty.
 
 Train with ``--data.prompt_dataset FILE --data.input_key input --data.label_key label --data.apply_chat_template
 --reward.remote_url openrlhf_ada/rewards/gym.py``. The same arguments write a byte-identical file; rows are distinct
 (by ``input``), and an eval file written in the same call shares no row with the training file.
 ``python -m openrlhf_ada.utils.demo_task OUT --size N [--seed S] [--eval-out EVAL --eval-size M]`` does the same.
+:func:`write_heldout_dataset` writes an eval file on its own (another seed) that excludes a given training file's
+prompts and checks that none is shared.
 """
 
 from __future__ import annotations
@@ -79,6 +83,18 @@ def demo_label(entry: dict, dataset: str = DEFAULT_DATASET) -> str:
     return json.dumps(payload, sort_keys=True, ensure_ascii=False, default=str)
 
 
+def difficulty_source(entry: dict, dataset: str = DEFAULT_DATASET) -> str:
+    """``chain_sum_2terms_1digit``: the dataset and the item's difficulty (chain_sum / basic_arithmetic metadata:
+    ``num_terms``, ``num_digits``); the dataset name alone when the metadata has neither."""
+    metadata = entry.get("metadata") or {}
+    parts = [dataset]
+    for key, unit in (("num_terms", "term"), ("num_digits", "digit")):
+        if key in metadata:
+            value = int(metadata[key])
+            parts.append(f"{value}{unit}{'s' if value != 1 else ''}")
+    return "_".join(parts)
+
+
 def demo_records(
     size: int,
     seed: int = 0,
@@ -86,15 +102,19 @@ def demo_records(
     dataset: str = DEFAULT_DATASET,
     template: str | None = None,
     exclude: set[str] | frozenset[str] = frozenset(),
+    datasource: str = "dataset",
     **config: Any,
 ) -> list[dict]:
     """``size`` distinct rows (by ``input``, none in ``exclude``) from reasoning-gym's ``dataset``.
 
-    ``config`` overrides :data:`DEFAULT_CONFIGS` (e.g. ``max_digits=1``). Raises ValueError when the task cannot
-    produce that many distinct prompts.
+    ``config`` overrides :data:`DEFAULT_CONFIGS` (e.g. ``max_digits=1``); ``datasource``: ``"dataset"`` (the
+    dataset name) or ``"difficulty"`` (:func:`difficulty_source`). Raises ValueError when the task cannot produce
+    that many distinct prompts.
     """
     import reasoning_gym
 
+    if datasource not in ("dataset", "difficulty"):
+        raise ValueError(f"datasource must be 'dataset' or 'difficulty', got {datasource!r}")
     if size < 0:
         raise ValueError(f"size must be >= 0, got {size}")
     cfg = {**DEFAULT_CONFIGS.get(dataset, {}), **config}
@@ -110,7 +130,8 @@ def demo_records(
         if prompt in seen:
             continue
         seen.add(prompt)
-        records.append({INPUT_KEY: prompt, LABEL_KEY: demo_label(entry, dataset), DATASOURCE_KEY: dataset})
+        source_name = difficulty_source(entry, dataset) if datasource == "difficulty" else dataset
+        records.append({INPUT_KEY: prompt, LABEL_KEY: demo_label(entry, dataset), DATASOURCE_KEY: source_name})
     if len(records) < size:
         raise ValueError(
             f"{dataset} with {cfg} gave only {len(records)} distinct prompts in {budget} draws, {size} requested"
@@ -136,16 +157,50 @@ def write_demo_dataset(
     eval_size: int = 0,
     dataset: str = DEFAULT_DATASET,
     template: str | None = None,
+    datasource: str = "dataset",
     **config: Any,
 ) -> str:
     """Write ``size`` training rows to ``path`` (jsonl) and, if ``eval_path`` is given, ``eval_size`` more distinct
     rows there. Returns ``str(path)``. See the module docstring for the fields and the default task."""
-    train = demo_records(size, seed, dataset=dataset, template=template, **config)
+    train = demo_records(size, seed, dataset=dataset, template=template, datasource=datasource, **config)
     if eval_path is not None:
         taken = {r[INPUT_KEY] for r in train}
-        evals = demo_records(eval_size, seed + 1, dataset=dataset, template=template, exclude=taken, **config)
+        evals = demo_records(eval_size, seed + 1, dataset=dataset, template=template, exclude=taken,
+                             datasource=datasource, **config)
         _write_jsonl(evals, eval_path)
     _write_jsonl(train, path)
+    return str(path)
+
+
+def read_inputs(path: str | os.PathLike) -> list[str]:
+    """The ``input`` of every row of a jsonl file written here."""
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line)[INPUT_KEY] for line in f if line.strip()]
+
+
+def write_heldout_dataset(
+    path: str | os.PathLike,
+    train_path: str | os.PathLike,
+    size: int,
+    seed: int,
+    *,
+    dataset: str = DEFAULT_DATASET,
+    template: str | None = None,
+    datasource: str = "dataset",
+    **config: Any,
+) -> str:
+    """Write ``size`` held-out rows to ``path``: drawn with ``seed`` (use another seed than the training file's),
+    none of them a prompt of the training file ``train_path``. The written file is read back and checked: distinct
+    prompts, none shared with the training file (ValueError otherwise). Returns ``str(path)``."""
+    train = set(read_inputs(train_path))
+    records = demo_records(size, seed, dataset=dataset, template=template, exclude=train, datasource=datasource,
+                           **config)
+    _write_jsonl(records, path)
+    heldout = read_inputs(path)
+    shared = train.intersection(heldout)
+    if shared or len(set(heldout)) != len(heldout) or len(heldout) != size:
+        raise ValueError(f"{path}: {len(heldout)} rows, {len(set(heldout))} distinct, {len(shared)} shared with "
+                         f"{train_path} (expected {size} distinct, none shared)")
     return str(path)
 
 
