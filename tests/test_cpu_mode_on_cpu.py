@@ -1,0 +1,151 @@
+"""The CPU mode's parts, one by one (openrlhf_ada.cpu_compat, layer 2): when it applies, what each patch changes,
+which flags it switches or refuses, the Ray resources it declares. The whole pipeline runs in
+tests/test_pipeline_on_cpu.py; these are the fast checks, in fresh interpreters where a patch touches a module."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from openrlhf_ada import cpu_compat
+from openrlhf_ada.cli.train_ppo_ray import parse_args
+
+BASE = ["--actor.model_name_or_path", "m", "--reward.remote_url", "openrlhf_ada/rewards/toy.py",
+        "--rollout.n_samples_per_prompt", "4", "--algo.advantage.estimator", "group_norm"]
+
+PROBE = textwrap.dedent("""
+    import json, sys
+    import torch
+    if sys.argv[1] == "cuda":  # what a GPU node looks like to the check
+        torch.cuda.is_available = lambda: True
+    from openrlhf_ada import cpu_compat
+    applied = cpu_compat.apply_cpu_patches()
+    import openrlhf.utils.distributed_util as du
+    import openrlhf.trainer.ray.vllm_worker_wrap as ww
+    out = {
+        "applied": applied,
+        "gloo_group": du.stateless_init_process_group is cpu_compat.gloo_init_process_group,
+        "cpu_receive": ww.WorkerWrap.update_weight is cpu_compat.receive_weight_on_cpu,
+        "device": f"cuda:{torch.cuda.current_device()}" if applied else None,
+        "device_str": str(torch.cuda.current_device()) if applied else None,
+        "triton_ce_hidden": "flash_attn.ops.triton.cross_entropy" in sys.modules
+                            and sys.modules["flash_attn.ops.triton.cross_entropy"] is None,
+    }
+    print("RESULT " + json.dumps(out))
+""")
+
+
+@pytest.fixture
+def probe(tmp_path, run_python):
+    script = tmp_path / "probe.py"
+    script.write_text(PROBE)
+
+    def run(env_value, machine="cpu", skip=""):
+        import os
+
+        saved = {k: os.environ.get(k) for k in (cpu_compat.CPU_ENV, cpu_compat.SKIP_ENV)}
+        os.environ.pop(cpu_compat.CPU_ENV, None)
+        if env_value is not None:
+            os.environ[cpu_compat.CPU_ENV] = env_value
+        os.environ[cpu_compat.SKIP_ENV] = skip
+        try:
+            return run_python(script, machine)
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+    return run
+
+
+def test_the_patches_apply_only_when_asked_for_on_a_machine_without_cuda(probe):
+    off = probe(None)
+    assert off["applied"] == [] and not off["gloo_group"] and not off["cpu_receive"]
+    on = probe("1")
+    assert set(on["applied"]) == set(cpu_compat.patch_names()) and on["gloo_group"] and on["cpu_receive"]
+    # replay_buffer.py L40 builds torch.device(f"cuda:{current_device()}"); anywhere else the device is the CPU
+    assert on["device"] == "cuda:0" and on["device_str"] == "cpu" and on["triton_ce_hidden"]
+    gpu_node = probe("1", machine="cuda")  # the variable set on a node that has CUDA: nothing changes
+    assert gpu_node["applied"] == [] and not gpu_node["gloo_group"]
+    skipped = probe("1", skip="weight_sync_group")
+    assert "weight_sync_group" not in skipped["applied"] and not skipped["gloo_group"] and skipped["cpu_receive"]
+
+
+def test_the_gloo_weight_sync_group_really_sends_the_tensor():
+    """The stand-in for vLLM's NCCL communicator, between this process (rank 0) and a second one."""
+    code = textwrap.dedent("""
+        import sys, torch
+        from openrlhf_ada.cpu_compat import GlooWeightSyncGroup
+        group = GlooWeightSyncGroup("127.0.0.1", int(sys.argv[1]), 1, 2)
+        t = torch.empty(3, dtype=torch.bfloat16)
+        group.broadcast(t, src=0, stream=None)
+        print("GOT", t.float().tolist())
+    """)
+    import socket
+
+    import torch
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    peer = subprocess.Popen([sys.executable, "-c", code, str(port)], stdout=subprocess.PIPE, text=True)
+    group = cpu_compat.GlooWeightSyncGroup("127.0.0.1", port, 0, 2)
+    group.broadcast(torch.tensor([1.5, -2.0, 3.25], dtype=torch.bfloat16), src=0)
+    out, _ = peer.communicate(timeout=120)
+    assert "GOT [1.5, -2.0, 3.25]" in out
+
+
+@pytest.mark.parametrize("flags,switched", [
+    ([], {"vllm.sync_backend": "gloo", "ds.attn_implementation": "eager"}),
+    (["--vllm.num_engines", "1", "--vllm.gpu_memory_utilization", "0.1", "--ds.packing_samples"],
+     {"vllm.enforce_eager": True, "ds.packing_samples": False, "ds.attn_implementation": "eager"}),
+])
+def test_flags_that_cannot_run_on_cpu_are_switched_with_a_line_each(flags, switched):
+    args = parse_args(BASE + flags)
+    notes = cpu_compat.adjust_args_for_cpu(args)
+    for flag, value in switched.items():
+        group, name = flag.split(".")
+        assert getattr(getattr(args, group), name) == value
+        assert any(note.startswith(f"--{flag} ") for note in notes), (flag, notes)
+
+
+@pytest.mark.parametrize("flags,words", [
+    (["--ds.ring_attn_size", "2", "--vllm.num_engines", "1"], ["--ds.ring_attn_size", "flash-attn"]),
+    (["--vllm.num_engines", "2", "--vllm.gpu_memory_utilization", "0.6"],
+     ["--vllm.gpu_memory_utilization 0.6", "2 engine(s)", "0.1"]),
+])
+def test_flags_without_a_cpu_equivalent_are_refused_by_name(flags, words):
+    args = parse_args(BASE + flags)
+    with pytest.raises(ValueError) as e:
+        cpu_compat.adjust_args_for_cpu(args)
+    for word in words:
+        assert word in str(e.value)
+
+
+def test_ray_gets_logical_gpus_for_upstreams_bundles():
+    # 2 actor ranks + 2 reference ranks + 2 engines, nothing colocated: 6 bundles of {"GPU": 1, "CPU": 1}
+    args = parse_args(BASE + ["--actor.num_gpus_per_node", "2", "--ref.num_gpus_per_node", "2",
+                              "--vllm.num_engines", "2", "--algo.kl.init_coef", "0.01"])
+    assert cpu_compat.gpu_bundles_needed(args) == 6
+    colocated = parse_args(BASE + ["--actor.num_gpus_per_node", "2", "--ref.num_gpus_per_node", "2",
+                                   "--vllm.num_engines", "2", "--algo.kl.init_coef", "0.01", "--train.colocate_all"])
+    assert cpu_compat.gpu_bundles_needed(colocated) == 2  # one placement group shared by all three
+    kwargs = cpu_compat.ray_init_kwargs_for_cpu(args, {"runtime_env": {"env_vars": {"A": "1"}}})
+    assert kwargs["num_gpus"] == 6 and kwargs["num_cpus"] >= 6
+    assert kwargs["runtime_env"]["env_vars"] == {"A": "1", cpu_compat.CPU_ENV: "1"}
+    joining = cpu_compat.ray_init_kwargs_for_cpu(args, {"address": "auto"})  # an existing cluster: its own resources
+    assert "num_gpus" not in joining
+
+
+def test_a_ray_cluster_without_enough_gpus_is_an_error_not_a_wait(monkeypatch):
+    import ray
+
+    args = parse_args(BASE + ["--actor.num_gpus_per_node", "2", "--vllm.num_engines", "2", "--algo.kl.init_coef", "0"])
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 8.0, "GPU": 2.0})
+    with pytest.raises(RuntimeError, match=r"offers 2 GPUs.*asks for 4 bundles.*ray start --head --num-gpus 4"):
+        cpu_compat.check_ray_resources(args)
