@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from openrlhf_ada.rewards._common import REASON_CODES
 
@@ -80,16 +80,20 @@ def is_reward_file_key(key: str) -> bool:
     return key not in TRAINER_INFO_KEYS and not key.startswith(TRAINER_INFO_PREFIXES)
 
 
+def reward_file_values(info: Mapping[str, Any]) -> Iterator[Tuple[str, float]]:
+    """(key, number) for each finite value the reward file put in this sample's extra_logs."""
+    for key, raw in info.items():
+        if is_reward_file_key(key):
+            value = _value(raw)
+            if value is not None:
+                yield key, value
+
+
 def reward_file_logs(infos: Sequence[Mapping[str, Any]]) -> Dict[str, float]:
     """Mean over the samples of every key the reward file put in extra_logs, as ``reward_file/<key>``."""
     sums: Dict[str, Tuple[float, int]] = {}
     for info in infos:
-        for key, raw in info.items():
-            if not is_reward_file_key(key):
-                continue
-            value = _value(raw)
-            if value is None:
-                continue
+        for key, value in reward_file_values(info):
             total, count = sums.get(key, (0.0, 0))
             sums[key] = (total + value, count + 1)
     return {f"{METRIC_PREFIX}{key}": total / count for key, (total, count) in sorted(sums.items())}
@@ -97,12 +101,7 @@ def reward_file_logs(infos: Sequence[Mapping[str, Any]]) -> Dict[str, float]:
 
 def bad_label_reason(info: Mapping[str, Any]) -> Optional[str]:
     """The extra_logs key by which the reward file marked this sample's label as unreadable, or None."""
-    for key, raw in info.items():
-        if not is_reward_file_key(key):
-            continue
-        value = _value(raw)
-        if value is None:
-            continue
+    for key, value in reward_file_values(info):
         if key.endswith("_reason") and value == BAD_LABEL_CODE:
             return f"{key} = bad_label"
         if (key == "bad_label" or key.endswith("_bad_label")) and value > 0:
