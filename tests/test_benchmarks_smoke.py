@@ -2,6 +2,7 @@
 No timing assertions (performance claims live in docs/benchmarks.md, measured by the scripts themselves)."""
 
 import importlib.util
+import json
 import math
 import os
 import subprocess
@@ -279,3 +280,85 @@ def test_scripts_run_in_a_fresh_interpreter(tmp_path, script, args, expect):
     section = script[:-3]
     assert f"<!-- BEGIN {section} -->" in text and f"<!-- END {section} -->" in text
     assert "Machine: `" in text and "CPUs" in text and "Date: " in text and f"benchmarks/{script}" in text
+
+
+# -- benchmarks/learning_comparison.py -----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def lc():
+    return load("learning_comparison")
+
+
+def test_learning_runs_rotate_settings_by_seed(lc):
+    order = lc.run_order(["a", "b", "c", "d"], [1, 2, 3])
+    assert order == [("a", 1), ("b", 1), ("c", 1), ("d", 1), ("b", 2), ("c", 2), ("d", 2), ("a", 2),
+                     ("c", 3), ("d", 3), ("a", 3), ("b", 3)]
+
+
+def test_learning_leftover_processes_found_by_marker_and_ended(lc):
+    marker = f"test-{os.getpid()}"
+    child = subprocess.Popen(["sleep", "60"], env={**os.environ, lc.MARKER_ENV: marker})
+    other = subprocess.Popen(["sleep", "60"], env={**os.environ, lc.MARKER_ENV: marker + "-other"})
+    try:
+        assert lc.leftover_processes(marker) == [child.pid]
+        lc.end_leftovers(marker)
+        assert child.wait(timeout=10) != 0 and other.poll() is None
+    finally:
+        for p in (child, other):
+            p.kill()
+            p.wait()
+
+
+def test_learning_refuses_bad_arguments(lc, tmp_path):
+    with pytest.raises(SystemExit):
+        lc.parse(["--settings", "grpo,dapo"])
+    with pytest.raises(SystemExit):
+        lc.parse(["--seeds", "1,1"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_learning_comparison_tiny_run_resumes_and_reports(tmp_path, tiny_llama_path):
+    """A tiny configuration in a fresh interpreter (tiny llama, transformers engine): a run to its token budget with
+    evaluations before and at the end, the report with its rows, plots and commands; a second invocation redoes
+    nothing; a run whose done.json is gone continues from its checkpoint; another budget in the same folder is
+    refused."""
+    out, doc = tmp_path / "out", tmp_path / "learning.md"
+    args = ["--model", tiny_llama_path, "--engine", "hf", "--budget", "60", "--eval-points", "2", "--train-size", "16",
+            "--eval-size", "4", "--max-new-tokens", "3", "--settings", "ada_adora", "--seeds", "3", "--no-base",
+            "--out", str(out), "--doc", str(doc), "--img-dir", str(tmp_path / "img"), "--poll", "1"]
+
+    def invoke(*extra):
+        return subprocess.run([sys.executable, os.path.join(BENCHMARKS, "learning_comparison.py"), *args, *extra],
+                              capture_output=True, text=True, timeout=400)
+
+    proc = invoke()
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    folder = out / "runs" / "ada_adora_seed3"
+    done = json.loads((folder / "done.json").read_text())
+    assert done["tokens"] >= 60 and done["steps"] >= 1
+    steps = [e["step"] for e in done["evaluations"]]
+    assert steps[0] == 0 and steps[-1] == done["steps"] and len(steps) >= 2
+    assert [e["tokens"] for e in done["evaluations"]] == sorted(e["tokens"] for e in done["evaluations"])
+    assert "step 1, " in proc.stdout and "tokens (" in proc.stdout  # progress lines
+    text = doc.read_text()
+    assert "<!-- BEGIN learning_comparison -->" in text and "| Reinforce-Ada balance + ADORA | 3 |" in text
+    assert "--adora.enable" in text and "--ada.enable" in text and "learning_comparison.py --model" in text
+    assert (tmp_path / "img" / "learning_tokens.png").stat().st_size > 0
+    assert (tmp_path / "img" / "learning_time.png").stat().st_size > 0
+    train_inputs = {json.loads(line)["input"] for line in open(out / "data" / "train.jsonl")}
+    held_inputs = {json.loads(line)["input"] for line in open(out / "data" / "eval.jsonl")}
+    assert len(held_inputs) == 4 and not train_inputs & held_inputs
+
+    proc = invoke()  # finished: nothing is redone
+    assert proc.returncode == 0 and "finished earlier" in proc.stdout
+    assert len((folder / "command.txt").read_text().splitlines()) == 1
+
+    (folder / "done.json").unlink()  # as if interrupted after its last checkpoint
+    proc = invoke()
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    commands = (folder / "command.txt").read_text().splitlines()
+    assert len(commands) == 2 and "--local.overwrite" in commands[0] and "--ckpt.load_enable" in commands[1]
+    assert json.loads((folder / "done.json").read_text())["evaluations"] == done["evaluations"]
+
+    proc = invoke("--budget", "90")
+    assert proc.returncode != 0 and "other settings (budget)" in proc.stdout + proc.stderr

@@ -465,3 +465,36 @@ def test_smollm2_convert_load_generate(tmp_path, gym):
     result = gym.reward_func([query], [prompt], [label])
     # Measured on this stack: the greedy answer is "12 + 12 = 24".
     assert result["rewards"].tolist() == [1.0], query[len(prompt):]
+
+
+def test_demo_data_is_held_out(tmp_path):
+    """make demo's files: 100 training and 100 held-out one-digit problems, together all 200, none shared; more than
+    the 200 that exist is refused before anything is prepared."""
+    from openrlhf_ada.cli.demo import main, write_data
+
+    train, heldout = write_data(str(tmp_path), 100, 100)
+    train_inputs = [r["input"] for r in read_jsonl(train)]
+    heldout_inputs = [r["input"] for r in read_jsonl(heldout)]
+    assert len(set(train_inputs)) == len(set(heldout_inputs)) == 100
+    assert not set(train_inputs) & set(heldout_inputs)
+    everything = {f"What is {a} {op} {b}? Answer with just the number." for a in range(10) for b in range(10)
+                  for op in "+-"}
+    assert set(train_inputs) | set(heldout_inputs) == everything
+    with pytest.raises(ValueError, match="at most the 200"):
+        write_data(str(tmp_path / "x"), 150, 51)
+    assert main(["--out", str(tmp_path / "y"), "--prompts", "150", "--eval-prompts", "60"]) == 2
+
+
+def test_demo_plot_with_held_out_rows(tmp_path):
+    """The demo's figure from a metrics file whose step-0 row holds only the evaluation."""
+    from openrlhf_ada.cli.demo import plot
+
+    rows = [{"step": 0, "time": 0, "eval/accuracy": 0.5, "eval/problems": 100, "eval/temperature": 0,
+             "eval/samples_per_problem": 1, "generated_tokens_total": 0}]
+    rows += [{"step": s, "time": s, "reward_mean": 0.1 * s, "pass_rate": 0.1 * s, "eta": 0.5,
+              "zero_adv_group_share": 0.5} for s in (1, 2)]
+    rows[-1].update({"eval/accuracy": 0.7, "eval/problems": 100, "eval/temperature": 0, "eval/samples_per_problem": 1})
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    plot(str(path), str(tmp_path / "demo.png"), "test")
+    assert (tmp_path / "demo.png").stat().st_size > 10_000

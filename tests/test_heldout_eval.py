@@ -54,6 +54,7 @@ def test_metrics_by_hand():
     m = heldout_metrics(samples, 2, 0.5, loader, temperature=0.7, failures={"eval_failed_samples": 1.0})
     assert m["eval/accuracy"] == pytest.approx(0.5)
     assert m["eval/pass_at_2"] == pytest.approx(2 / 3)
+    assert m["eval/all_correct_share"] == pytest.approx(1 / 3)  # only p3
     assert m["eval/problems"] == 3 and m["eval/samples_per_problem"] == 2 and m["eval/temperature"] == 0.7
     assert m["eval/a_pass1"] == pytest.approx(0.25) and m["eval/b_pass1"] == pytest.approx(1.0)
     assert m["eval/a_pass2"] == pytest.approx(0.5) and m["eval/b_pass2"] == pytest.approx(1.0)
@@ -228,11 +229,14 @@ def test_token_budget_stops_the_run_and_evaluates_its_last_step(tmp_path, tiny_l
         "--rollout.n_samples_per_prompt", "4", "--rollout.batch_size", "4", "--rollout.max_new_tokens", "3",
         "--data.max_len", "64", "--local.engine", "hf", "--local.max_steps", "50", "--local.output_dir", str(out),
         "--ckpt.save_steps", "-1", "--eval.dataset", evaluation, "--eval.temperature", "1.0",
-        "--eval.n_samples_per_prompt", "2", "--local.max_generated_tokens", str(budget)]))
+        "--eval.n_samples_per_prompt", "2", "--local.max_generated_tokens", str(budget),
+        "--local.eval_tokens", "40"]))
     rows = read_metrics(str(out))
     totals = [r["generated_tokens_total"] for r in rows]
     assert totals[-1] >= budget and totals[-2] < budget and len(rows) >= 4, totals
     assert totals[1:] == pytest.approx(list(itertools.accumulate(r["generated_tokens"] for r in rows[1:])))
-    assert [r["step"] for r in rows if "eval/accuracy" in r] == [0, rows[-1]["step"]]
+    # evaluated: before training, the steps whose total first reaches 40 and 80, and the last step
+    crossing = [next(r["step"] for r in rows if r["generated_tokens_total"] >= mark) for mark in (40, 80)]
+    assert [r["step"] for r in rows if "eval/accuracy" in r] == sorted({0, *crossing, rows[-1]["step"]})
     assert rows[-1]["eval/samples_per_problem"] == 2 and "eval/pass_at_2" in rows[-1]
     assert json.loads((out / "ckpt" / "latest" / "trainer_state.json").read_text())["global_step"] == rows[-1]["step"]

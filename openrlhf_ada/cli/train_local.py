@@ -61,6 +61,9 @@ def add_local_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--local.max_generated_tokens", type=float, default=0,
                    help="Stop after the step whose running total of generated tokens (all rounds, all samples) "
                         "reaches this budget (0: no budget; --local.max_steps still applies)")
+    g.add_argument("--local.eval_tokens", type=float, default=0,
+                   help="With --eval.dataset: also evaluate after each step whose running total of generated tokens "
+                        "crosses a multiple of this (0: off); for comparisons at equal token budgets")
     g.add_argument("--local.output_dir", type=str, default="runs/local", help="Run folder: metrics.jsonl, plots")
     g.add_argument("--local.advantage_sign", type=float, default=1.0, choices=[1.0, -1.0],
                    help="-1 flips every advantage: a sanity check that learning comes from the reward signal")
@@ -103,6 +106,10 @@ def validate_local(args) -> None:
     if not args.local.max_generated_tokens >= 0 or args.local.max_generated_tokens == float("inf"):
         raise ValueError(f"--local.max_generated_tokens={args.local.max_generated_tokens}: must be a finite number "
                          ">= 0 (0: no budget)")
+    if not args.local.eval_tokens >= 0 or args.local.eval_tokens == float("inf"):
+        raise ValueError(f"--local.eval_tokens={args.local.eval_tokens}: must be a finite number >= 0 (0: off)")
+    if args.local.eval_tokens and not args.eval.dataset:
+        raise ValueError("--local.eval_tokens without --eval.dataset: name the held-out prompts to evaluate")
     validate_eval(args)
     data = args.data.prompt_dataset
     if not data:
@@ -173,7 +180,7 @@ def local_config(args) -> LocalConfig:
     return LocalConfig(engine=loc.engine, max_steps=loc.max_steps, output_dir=loc.output_dir,
                        advantage_sign=loc.advantage_sign, gpu_memory_utilization=loc.gpu_memory_utilization,
                        max_model_len=loc.max_model_len, engine_cpus=loc.engine_cpus, overwrite=loc.overwrite,
-                       max_generated_tokens=float(loc.max_generated_tokens))
+                       max_generated_tokens=float(loc.max_generated_tokens), eval_tokens=float(loc.eval_tokens))
 
 
 def parse_local_args(argv):

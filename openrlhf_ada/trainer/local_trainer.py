@@ -13,8 +13,9 @@ One step, read top to bottom in `LocalTrainer.step`:
 
 Held-out evaluation (`--eval.dataset`, see openrlhf_ada.utils.heldout): upstream's evaluation generation and metrics
 on the eval prompts, before training (a row of its own, step 0, when the run starts fresh), after every
-`--eval.steps`-th step and after the last step (`--local.max_steps`, or the step that reached
-`--local.max_generated_tokens`); an evaluation's metrics (`eval/*`, `timing/eval`) join the row of the step it
+`--eval.steps`-th step, after each step whose running token total crosses a multiple of `--local.eval_tokens`, and
+after the last step (`--local.max_steps`, or the step that reached `--local.max_generated_tokens`); an evaluation's
+metrics (`eval/*`, `timing/eval`) join the row of the step it
 follows. A run stopped by a signal is not evaluated at its end. Evaluation time is not part of any step's timing.
 
 A checkpoint only ever describes a completed step: the trainer keeps the small per-step state (`StepState`: step,
@@ -69,6 +70,7 @@ class LocalConfig:
     engine_cpus: float = 1.0
     overwrite: bool = False  # start over in an output folder that holds an earlier run (its checkpoint is deleted)
     max_generated_tokens: float = 0.0  # > 0: stop after the step whose running token total reaches this budget
+    eval_tokens: float = 0.0  # > 0: also evaluate after each step whose running token total crosses a multiple of it
 
 
 @dataclass(frozen=True)
@@ -171,6 +173,7 @@ class LocalTrainer:
         self._completed = self.capture_state()  # the last completed step (0: nothing trained yet)
         self._model_touched = False  # model/optimizer changed since self._completed was taken
         self._saved_step = 0  # the step of the checkpoint this run wrote or resumed from
+        self._tokens_before_step = 0.0  # the running token total before the current step
 
     # ------------------------------------------------------------------------------------------------------------
     def fit(self) -> dict:
@@ -242,9 +245,13 @@ class LocalTrainer:
         return budget > 0 and self.generated_tokens_total >= budget
 
     def should_evaluate(self) -> bool:
-        """After the step just completed: every --eval.steps-th step, and the run's last step."""
+        """After the step just completed: every --eval.steps-th step, a step that crossed a multiple of
+        --local.eval_tokens, and the run's last step."""
         every = self.args.eval.steps
         if every > 0 and self.global_step % every == 0:
+            return True
+        period = self.config.eval_tokens
+        if period > 0 and self._tokens_before_step // period < self.generated_tokens_total // period:
             return True
         return self._stop_signal is None and (self.global_step >= self.config.max_steps or self.budget_reached())
 
@@ -301,6 +308,7 @@ class LocalTrainer:
     def step(self) -> Optional[Dict[str, float]]:
         n = self.args.rollout.n_samples_per_prompt
         step = self.global_step + 1
+        self._tokens_before_step = self.generated_tokens_total
         t0 = time.time()
         ray.get(self.engine.reseed.remote(step))
         samples, _, _, exhausted = self.generator.generate_samples(**self.generate_kwargs)

@@ -10,6 +10,9 @@ metric `pass_rate`):
     eval/accuracy          share of held-out samples that are correct; with greedy decoding (`--eval.temperature 0`,
                            one sample per problem) the share of problems answered correctly
     eval/pass_at_{n}       (n > 1 samples per problem) share of problems with at least one correct sample
+    eval/all_correct_share (n > 1) share of problems whose n samples are all correct; with the training's n and
+                           temperature, 1 - pass_at_{n} and this are the shares of all-wrong and all-right groups
+                           (no signal for a group baseline)
     eval/problems          problems scored (the eval file's rows minus those left out for a failed reward)
     eval/failed_prompts, eval/failed_samples   left out because a reward failed
     eval/temperature, eval/samples_per_problem  how the evaluation sampled
@@ -75,6 +78,8 @@ def heldout_metrics(samples: Sequence, n: int, threshold: float, eval_loader, *,
     if n > 1:
         solved = [any(correct[i * n : (i + 1) * n]) for i in range(problems)]
         out[f"eval/pass_at_{n}"] = sum(solved) / problems if problems else math.nan
+        every = [all(correct[i * n : (i + 1) * n]) for i in range(problems)]
+        out["eval/all_correct_share"] = sum(every) / problems if problems else math.nan
     out["eval/problems"] = float(problems)
     out["eval/temperature"] = float(temperature)
     out["eval/samples_per_problem"] = float(n)
