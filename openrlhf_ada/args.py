@@ -187,6 +187,35 @@ def validate_group_estimator(args) -> None:
                          "--algo.advantage.estimator reinforce")
 
 
+HISTORY_DEFAULTS = {"history_target": 0.0, "history_skip": 0.5, "history_window": 1}
+
+
+def validate_cancel_and_history(args) -> None:
+    """--ada.cancel / --ada.history and their options act only together with what they need; otherwise a run would
+    silently do without them. Raise ValueError naming the flags."""
+    cancel, history = bool(_get(args, "ada.cancel", False)), bool(_get(args, "ada.history", False))
+    enable = bool(_get(args, "ada.enable", False))
+    for flag, on in (("--ada.cancel", cancel), ("--ada.history", history)):
+        if on and not enable:
+            raise ValueError(f"{flag} changes Reinforce-Ada's sampling, so it needs --ada.enable (without it "
+                             "training generation is one round of n per prompt and the flag would do nothing)")
+    if not cancel and _get(args, "ada.cancel_order", "arrival") != "arrival":
+        raise ValueError(f"--ada.cancel_order {_get(args, 'ada.cancel_order')} only acts with --ada.cancel: add "
+                         "--ada.cancel or drop the option")
+    if not history:
+        changed = [f"--ada.{k} {_get(args, 'ada.' + k)}" for k, default in HISTORY_DEFAULTS.items()
+                   if _get(args, "ada." + k, default) != default]
+        if changed:
+            raise ValueError(f"{', '.join(changed)} only act(s) with --ada.history: add --ada.history or drop them")
+    if cancel and _get(args, "local.engine") == "hf":
+        raise ValueError(
+            "--ada.cancel needs the vLLM engine: --local.engine hf generates one request at a time inside its "
+            "event loop, so a running request cannot be interrupted, and which of the waiting ones got cancelled "
+            "would depend on timing, breaking that engine's exact reproducibility. Use --local.engine vllm, or drop "
+            "--ada.cancel"
+        )
+
+
 def validate(args) -> None:
     """Check the project's flags against each other and against upstream's; raise ValueError (what, how to fix)."""
     validate_sizes(args)
@@ -207,6 +236,7 @@ def validate(args) -> None:
             raise ValueError(f"--adora.enable needs prompt groups: --rollout.n_samples_per_prompt={n}; use >= 2")
         if adora.weight_func:
             load_weight_func(adora.weight_func)  # fails now, naming file and function, not mid-run
+    validate_cancel_and_history(args)
     if not args.ada.enable:
         validate_group_estimator(args)
         return

@@ -20,6 +20,22 @@ outcome and the kept group. This class only moves data:
 Without --ada.enable, training generation runs through the same loop as one round of n samples per prompt
 (`fixed_n_config`): the groups are upstream's, and failed rewards, dead engines and metrics are handled alike.
 
+Two options (off by default; off, the loop is exactly the above):
+- `--ada.cancel`: each round of a prompt goes out as one Ray streaming call, `generate_stream` of the project's
+  engine actor (openrlhf_ada/trainer/ray/vllm_engine.py), to the engine upstream's least-loaded choice picks; the
+  samples come back one at a time as they are generated and scored, and each goes into the pool at once
+  (`PromptPool.add_sample`). When the pool says the prompt is resolved, `cancel_stream` aborts the round's
+  outstanding requests; the stream's last message says how many were cancelled and the tokens they had generated,
+  which close the round (`end_round`). Rounds stay the budget and the schedule (async or sync as above). A sample
+  without a reward is a failed one as before; the failed share is judged after every sample. A lost engine's
+  requests that had not come back run again on another one (a prompt that had already stopped just closes its
+  round). A step that fails cancels the streams still running.
+- `--ada.history`: a `PromptHistory` (keyed by `prompt_key`, the sha256 of the prompt text) plans every prompt as
+  it is drawn: a skipped prompt is counted (`ada/skipped_prompts`) and the next one taken; the others get their
+  first round from the plan. Each finished pool is recorded for the current epoch: a pass over the data, counted
+  when a fresh iterator of the prompt loader yields its first prompt. The history, the epoch and the generation
+  counter are the generator's `state_dict()`, which both trainers save with every checkpoint.
+
 What reaches upstream's trainer is made safe for it (`generate_samples`):
 - every sample of a step carries the same `info` keys (a step may mix two generation calls, and upstream's
   replay buffer splits a batch by key; ranks with different keys would issue mismatched collectives);
@@ -37,7 +53,8 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import List, Optional, Tuple
 
@@ -50,6 +67,7 @@ from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator, _coll
 from openrlhf.utils.logging_utils import init_logger
 from tqdm import tqdm
 
+from openrlhf_ada.algorithms.history import PromptHistory, prompt_key
 from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool, make_rng, step_metrics
 from openrlhf_ada.args import ada_config, fault_config
 from openrlhf_ada.trainer.ray.reward_guard import FAIL_CODES, FAIL_NAMES
@@ -78,6 +96,13 @@ class _Prompt:
     label: str
     image: object
     pool: PromptPool
+    key: Optional[str] = None  # prompt_key(prompt), with --ada.history
+    # --ada.cancel: the open round's stream (engine, group id), its requests not back yet, and the cancel sent
+    engine: object = None
+    group: Optional[str] = None
+    outstanding: set = field(default_factory=set)
+    cancel_sent: bool = False
+    streams: int = 0  # streams started for this prompt (group ids stay unique when a round is run again)
 
 
 def _scalar(value: Optional[torch.Tensor]) -> Optional[float]:
@@ -237,6 +262,19 @@ def data_parallel_unit(args) -> int:
     return unit
 
 
+def check_streaming_engines(engines) -> None:
+    """--ada.cancel needs engines that hand samples back one by one and cancel requests: the project's
+    AdaRolloutRayActor (vLLM). Raises ValueError naming the others."""
+    lacking = [f"engine {i} ({engine})" for i, engine in enumerate(engines)
+               if not (hasattr(engine, "generate_stream") and hasattr(engine, "cancel_stream"))]
+    if lacking:
+        raise ValueError(
+            f"--ada.cancel needs rollout engines that stream samples and cancel requests (openrlhf_ada's "
+            f"AdaRolloutRayActor on vLLM); {', '.join(lacking)} cannot. Use the project's launchers "
+            "(train_ppo_ray, train_local --local.engine vllm) or drop --ada.cancel."
+        )
+
+
 class AdaSamplesGenerator(SamplesGenerator):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -255,6 +293,16 @@ class AdaSamplesGenerator(SamplesGenerator):
         # The cluster trainers stop at once when an engine is lost: the policy actor's weight sync still addresses
         # it (a dead member of the sync group makes the broadcast raise or hang). train_local goes on with the rest.
         self.stop_on_engine_loss = False
+        # --ada.history: what each prompt showed in earlier epochs; the epoch is the pass over the data that the
+        # prompts being drawn come from (counted from 0 when a fresh loader iterator yields its first prompt)
+        self.history = PromptHistory(self.ada.history_config) if self.ada is not None and self.ada.history else None
+        self._epoch = -1
+        self._epoch_pending = False  # a fresh iterator: its first prompt starts the next epoch
+        self._resume_in_epoch = False  # after load_state_dict: the next iterator continues the saved epoch
+        self._skipped_carry = 0  # prompts skipped by a call that found no prompt left to sample
+        self.last_pools: List[PromptPool] = []  # the pools of the last training step (benchmarks, tests)
+        if self.ada is not None and self.ada.cancel:
+            check_streaming_engines(self.vllm_engines)
 
     @classmethod
     def from_upstream(cls, generator: SamplesGenerator, batch_unit: Optional[int] = None) -> "AdaSamplesGenerator":
@@ -274,19 +322,41 @@ class AdaSamplesGenerator(SamplesGenerator):
     # -- checkpoint state -----------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         """What a checkpoint must hold of the sampler besides the data position (plain JSON-able values): the
-        generation-call counter that seeds each step's per-prompt random generators. Groups held back from a short
+        generation-call counter that seeds each step's per-prompt random generators, the epoch (and whether the
+        data iterator was inside it), and with --ada.history the per-prompt history. Groups held back from a short
         step are not saved (a resumed run starts its episode without them; they are logged when held back)."""
-        return {"step": self._step}
+        state = {"step": self._step, "epoch": self._epoch,
+                 "in_epoch": getattr(self, "_dataloader_iter", None) is not None and not self._epoch_pending}
+        if self.history is not None:
+            state["history"] = self.history.to_dict()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         self._step = int(state.get("step", 0))
-        self._dataloader_iter = None  # the loader's own state says where the data continues
+        self._epoch = int(state.get("epoch", -1))
+        # the loader's own state says where the data continues: inside the saved epoch, or (its iterator was spent)
+        # at the start of the next one, which its first prompt then opens
+        self._resume_in_epoch = bool(state.get("in_epoch", False))
+        self._epoch_pending = False
+        if self.history is not None:
+            saved = state.get("history")
+            self.history = (PromptHistory.from_dict(saved, self.ada.history_config) if saved is not None
+                            else PromptHistory(self.ada.history_config))
+            if saved is None:
+                logger.warning("--ada.history: the checkpoint holds no prompt history (written without "
+                               "--ada.history); it starts empty")
+        self._dataloader_iter = None
 
     @torch.no_grad()
     def generate_samples(self, **generate_kwargs):
         """Upstream's (its buffering of over-sampled groups included), plus what keeps upstream's trainer safe: the
         same info keys in every sample, a short step cut to whole `batch_unit`s (the rest carried into the next
         episode), and the dynamic-filtering pass rate in groups."""
+        if getattr(self, "_dataloader_iter", None) is None and not getattr(self, "_sample_buffer", None):
+            # upstream starts a fresh iterator of the prompt loader now: a new pass over the data, unless it
+            # continues the epoch a checkpoint was taken in
+            self._epoch_pending = not self._resume_in_epoch
+            self._resume_in_epoch = False
         samples, pass_rate, consumed, exhausted = super().generate_samples(**generate_kwargs)
         full = self.args.rollout.batch_size * self.args.rollout.n_samples_per_prompt
         if self.rounds is not None and samples and len(samples) < full:
@@ -383,6 +453,42 @@ class AdaSamplesGenerator(SamplesGenerator):
                 "long generations, or check the engine logs."
             )
 
+    # -- --ada.cancel: per-sample streams -------------------------------------------------------------------------
+    def _dispatch_streams(self, items: List[_Prompt], size: int, generate_kwargs: dict) -> list:
+        """Start one `generate_stream` per prompt for the requests of its open round that are not back yet (`size`:
+        the round size, for upstream's load estimate). Engines, their order and the sampling parameters come from
+        upstream's `_dispatch_prompts_to_vllm` itself: it runs with each engine standing in behind a small proxy
+        whose `generate_responses.remote(...)` starts the stream instead. Returns [(stream, item)]."""
+        engines, calls = self.vllm_engines, iter(items)
+        run = self._stream_run
+
+        class _Start:
+            def __init__(self, engine):
+                self.engine = engine
+
+            def remote(self, *, prompt, label, sampling_params, max_length, hf_tokenizer, num_samples, images=None):
+                item = next(calls)
+                assert prompt == item.prompt, "upstream's dispatch no longer follows the order of the prompts"
+                item.streams += 1
+                item.engine, item.cancel_sent = self.engine, False
+                item.group = f"{run}:{item.uid}:{item.pool.rounds}:{item.streams}"
+                return self.engine.generate_stream.remote(item.group, prompt, label, sampling_params, max_length,
+                                                          hf_tokenizer, sorted(item.outstanding), images)
+
+        class _Engine:
+            def __init__(self, engine):
+                self.get_num_unfinished_requests = engine.get_num_unfinished_requests
+                self.generate_responses = _Start(engine)
+
+        self.vllm_engines = [_Engine(e) for e in engines]
+        try:
+            streams = self._dispatch_prompts_to_vllm([it.prompt for it in items], [it.label for it in items],
+                                                     images=[it.image for it in items], n_samples_per_prompt=size,
+                                                     **generate_kwargs)
+        finally:
+            self.vllm_engines = engines
+        return list(zip(streams, items))
+
     # -----------------------------------------------------------------------------------------------------------
     def _generate_rounds(self, dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs):
         ada = self.rounds
@@ -390,39 +496,64 @@ class AdaSamplesGenerator(SamplesGenerator):
         step_seed = (ada.seed, self._step)
         generate_kwargs = {k: v for k, v in generate_kwargs.items() if k != "n_samples_per_prompt"}
         started = time.time()
+        streaming = ada.cancel  # samples come back one by one; a resolved prompt's outstanding requests are cancelled
+        self._stream_run = uuid.uuid4().hex[:12]
+        history = self.history
 
         carried, self._carry = self._carry, []  # whole groups held back from the last episode's short step
         num_prompts -= len(carried) // self.args.rollout.n_samples_per_prompt
         prompts_consumed = 0
         exhausted = False
         next_uid = 0
-        finished: List[_Prompt] = []  # every prompt processed this step, in the order drawn
+        finished: List[_Prompt] = []  # every prompt processed this step, in the order finished
         accepted: dict = {}  # uid -> kept experiences
-        filtered = engine_failures = lost_to_failures = 0
+        filtered = engine_failures = lost_to_failures = skipped = 0
         held_back: List[int] = []  # prompts lost to failed rewards, not yet replaced
         # judge the failed share once this many samples are back (a reward that always fails stops in round 1)
         min_judged = max(16, 2 * self.args.rollout.n_samples_per_prompt)
 
         def draw(count: int) -> List[_Prompt]:
-            nonlocal prompts_consumed, exhausted, next_uid
-            if count <= 0 or exhausted:
-                return []
-            prompts, labels, images, exhausted = _collect_prompt_batch(dataloader_iter, count)
-            prompts_consumed += len(prompts)
+            """`count` prompts from the data (fewer when it runs out); with --ada.history each is planned first, and
+            a skipped one is counted and replaced by the next."""
+            nonlocal prompts_consumed, exhausted, next_uid, skipped
             out = []
-            for p, lab, img in zip(prompts, labels, images):
-                pool = PromptPool(ada, rng=make_rng(*step_seed, next_uid))
-                out.append(_Prompt(next_uid, p, lab, img, pool))
-                next_uid += 1
+            while len(out) < count and not exhausted:
+                prompts, labels, images, exhausted = _collect_prompt_batch(dataloader_iter, count - len(out))
+                if prompts and self._epoch_pending:
+                    self._epoch += 1
+                    self._epoch_pending = False
+                self._epoch = max(self._epoch, 0)
+                prompts_consumed += len(prompts)
+                for p, lab, img in zip(prompts, labels, images):
+                    key = first = None
+                    if history is not None:
+                        key = prompt_key(p)
+                        plan = history.plan(key, self._epoch, n=ada.n, cap=ada.max_samples, seed=ada.seed)
+                        if plan.skip:
+                            skipped += 1
+                            continue
+                        first = plan.first_round
+                    pool = PromptPool(ada, rng=make_rng(*step_seed, next_uid), first_round=first)
+                    out.append(_Prompt(next_uid, p, lab, img, pool, key))
+                    next_uid += 1
             return out
 
-        pending = {}  # ray ref -> _Prompt
+        pending = {}  # ray ref (a round) or stream (--ada.cancel) -> _Prompt
 
         def dispatch(batch: List[_Prompt]) -> None:
             by_size = {}
             for item in batch:
-                by_size.setdefault(item.pool.next_round_size(), []).append(item)
+                if streaming:
+                    if not item.outstanding:  # a new round; one run again after a lost engine keeps its requests
+                        item.outstanding = set(range(item.pool.start_round()))
+                    size = len(item.outstanding)
+                else:
+                    size = item.pool.next_round_size()
+                by_size.setdefault(size, []).append(item)
             for size, items in by_size.items():
+                if streaming:
+                    pending.update(self._dispatch_streams(items, size, generate_kwargs))
+                    continue
                 refs = self._dispatch_prompts_to_vllm(
                     [it.prompt for it in items],
                     [it.label for it in items],
@@ -436,6 +567,8 @@ class AdaSamplesGenerator(SamplesGenerator):
             """Record a prompt whose pool is done; return how many replacement prompts it needs (0 or 1)."""
             nonlocal filtered, lost_to_failures
             finished.append(item)
+            if history is not None:
+                history.record(item.key, self._epoch, item.pool.num_pos, item.pool.num_neg)
             kept = [item.pool.items[i] for i in item.pool.select()]
             if not kept:
                 if item.pool.outcome == "failed":  # too few samples with a reward to form a group
@@ -458,72 +591,113 @@ class AdaSamplesGenerator(SamplesGenerator):
             accepted[item.uid] = kept
             return 0
 
+        def experiences_of(responses) -> List[Experience]:
+            """Experiences of a whole round (or of one streamed sample), counted and judged for failed rewards."""
+            experiences = [self._process_response_into_experience(r, **generate_kwargs) for r in responses]
+            failures.record(experiences)
+            failures.check(self.fault.max_failed_share, self.args.reward.remote_url, self.tokenizer,
+                           min_samples=min_judged)
+            return experiences
+
         active = draw(num_prompts)
-        if not active:
-            return carried, 0, True
+        if not active:  # the data ran out (prompts skipped by the history on the way count in the next step)
+            self._skipped_carry += skipped
+            return carried, prompts_consumed, True
+        skipped += self._skipped_carry
+        self._skipped_carry = 0
         pbar = tqdm(total=num_prompts, desc="Generate samples (Reinforce-Ada)" if self.ada else "Generate samples")
         waiting_round: List[_Prompt] = []  # sync schedule: prompts whose next round waits for the barrier
-        dispatch(active)
         failures = _FailureLog()
+        dispatch(active)
         last_progress = time.time()
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=10.0)
-            to_dispatch: List[_Prompt] = []
-            refill = 0
-            if not ready:
-                self._check_stalled(last_progress, len(pending))
-            for ref in ready:
-                item = pending.pop(ref)
+        try:
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=10.0)
+                to_dispatch: List[_Prompt] = []
+                refill = 0
+                if not ready:
+                    self._check_stalled(last_progress, len(pending))
+                for ref in ready:
+                    item = pending[ref] if streaming else pending.pop(ref)
+                    try:
+                        message = ray.get(next(ref) if streaming else ref)
+                    except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError,
+                            ray.exceptions.RayTaskError) as e:
+                        # an engine died mid-round (its actor, or the vLLM engine core inside a live actor): the
+                        # round is lost, not counted, and runs again elsewhere (--ada.cancel: only its requests that
+                        # had not come back). A task error with every engine healthy is a bug.
+                        pending.pop(ref, None)
+                        if not self._drop_dead_engines(e) and isinstance(e, ray.exceptions.RayTaskError):
+                            raise
+                        engine_failures += 1
+                        if not streaming or (item.outstanding and not item.pool.should_cancel):
+                            to_dispatch.append(item)
+                            continue
+                        # --ada.cancel: the prompt had stopped (the rest was being cancelled) or every request was
+                        # back: the round is over (what the lost engine had generated for it is unknown: not counted)
+                        item.outstanding.clear()
+                        item.pool.end_round()
+                    else:
+                        last_progress = time.time()
+                        if not streaming:  # a whole round, in request order
+                            experiences = experiences_of(message)
+                            item.pool.add_round(
+                                scores=[_score(e) for e in experiences],
+                                rewards=penalised_rewards(experiences, self.args),
+                                items=experiences,
+                                lengths=[int(e.response_length.reshape(-1)[0].item()) for e in experiences],
+                            )
+                        elif "end" not in message:  # one sample of the round, as it finished and was scored
+                            item.outstanding.discard(message["index"])
+                            (e,) = experiences_of([message["response"]])
+                            stop = item.pool.add_sample(message["index"], _score(e),
+                                                        penalised_rewards([e], self.args)[0], item=e,
+                                                        length=int(e.response_length.reshape(-1)[0].item()))
+                            if stop and not item.cancel_sent:  # resolved: cancel the round's outstanding requests
+                                item.engine.cancel_stream.remote(item.group)
+                                item.cancel_sent = True
+                            continue
+                        else:  # the round's stream is over: every request came back or was cancelled
+                            pending.pop(ref)
+                            item.outstanding.clear()
+                            item.pool.end_round(cancelled_tokens=int(message["cancelled_tokens"]))
+                    if item.pool.done:
+                        refill += finish(item)
+                        pbar.update(1 if item.uid in accepted else 0)
+                    elif ada.schedule == "async":
+                        to_dispatch.append(item)
+                    else:
+                        waiting_round.append(item)
+                if held_back and (failures.total >= min_judged or not pending):
+                    refill += len(held_back)  # the share check has passed on enough samples (or nothing else runs)
+                    held_back.clear()
+                to_dispatch += draw(refill)
+                if ada.schedule == "sync":
+                    # the barrier: next rounds (and replacements) start only when every round in flight is back
+                    waiting_round += to_dispatch
+                    to_dispatch = []
+                    if not pending:
+                        to_dispatch, waiting_round = waiting_round, []
+                if to_dispatch:
+                    dispatch(to_dispatch)
+        finally:
+            for item in pending.values() if streaming else ():  # a failed step leaves nothing generating
                 try:
-                    responses = ray.get(ref)
-                except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError,
-                        ray.exceptions.RayTaskError) as e:
-                    # an engine died mid-round (its actor, or the vLLM engine core inside a live actor): the round is
-                    # lost, not counted; run it again elsewhere. A task error with every engine healthy is a bug.
-                    if not self._drop_dead_engines(e) and isinstance(e, ray.exceptions.RayTaskError):
-                        raise
-                    engine_failures += 1
-                    to_dispatch.append(item)
-                    continue
-                last_progress = time.time()
-                experiences = [self._process_response_into_experience(r, **generate_kwargs) for r in responses]
-                failures.record(experiences)
-                failures.check(self.fault.max_failed_share, self.args.reward.remote_url, self.tokenizer,
-                               min_samples=min_judged)
-                item.pool.add_round(
-                    scores=[_score(e) for e in experiences],
-                    rewards=penalised_rewards(experiences, self.args),
-                    items=experiences,
-                    lengths=[int(e.response_length.reshape(-1)[0].item()) for e in experiences],
-                )
-                if item.pool.done:
-                    refill += finish(item)
-                    pbar.update(1 if item.uid in accepted else 0)
-                elif ada.schedule == "async":
-                    to_dispatch.append(item)
-                else:
-                    waiting_round.append(item)
-            if held_back and (failures.total >= min_judged or not pending):
-                refill += len(held_back)  # the share check has passed on enough samples (or nothing else runs)
-                held_back.clear()
-            to_dispatch += draw(refill)
-            if ada.schedule == "sync":
-                # the barrier: next rounds (and replacements) start only when every round in flight is back
-                waiting_round += to_dispatch
-                to_dispatch = []
-                if not pending:
-                    to_dispatch, waiting_round = waiting_round, []
-            if to_dispatch:
-                dispatch(to_dispatch)
+                    item.engine.cancel_stream.remote(item.group)
+                except Exception:  # noqa: BLE001 (a dead engine generates nothing anyway)
+                    pass
         pbar.close()
 
-        metrics = step_metrics([item.pool for item in finished], ada.max_rounds)
+        self.last_pools = [item.pool for item in sorted(finished, key=lambda it: it.uid)]  # in the order drawn
+        metrics = step_metrics(self.last_pools, ada.max_rounds, skipped=skipped)
         failures.check(self.fault.max_failed_share, self.args.reward.remote_url, self.tokenizer)
         metrics.update(failures.metrics())
         metrics["fault/engine_failures"] = float(engine_failures)
         metrics["ada/dynamic_filtered"] = float(filtered)
         metrics["ada/prompts_consumed"] = float(prompts_consumed)
         metrics["ada/generation_seconds"] = time.time() - started
+        if history is not None:
+            metrics["ada/epoch"] = float(self._epoch)
         if self.ada is None:  # fixed n: round and resolution counts say nothing
             metrics = {k: v for k, v in metrics.items() if k in FIXED_N_METRICS or k.startswith("fault/")}
         self.last_metrics = metrics
@@ -546,5 +720,6 @@ class AdaSamplesGenerator(SamplesGenerator):
         logger.info(
             f"{'Reinforce-Ada' if self.ada else 'Fixed-n'} step {self._step}: {len(accepted)} groups from {prompts_consumed} prompts, "
             f"{int(metrics.get('ada/samples_generated', 0))} samples, eta={metrics.get('ada/eta', 0):.3f}"
+            + (f", {skipped} skipped (history)" if history is not None else "")
         )
         return out, prompts_consumed, exhausted

@@ -5,6 +5,10 @@ still runs upstream's SingleTurnAgentExecutor (tokenisation, truncation, reward 
 answers its `generate(prompt_token_ids, sampling_params)` calls. For machines where vLLM cannot run a model, and for
 exactly reproducible runs: the k-th sample of a prompt within a step is drawn with a seed derived from
 (seed, step, prompt tokens, k), so it does not depend on other prompts or on scheduling.
+
+It has no `generate_stream` / `cancel_stream`: `--ada.cancel` is refused with `--local.engine hf` when the flags are
+parsed (its `generate` runs one request at a time and blocks the event loop, so a request could not be interrupted,
+and which waiting ones a cancel reached would depend on timing). `--ada.history` works with it.
 """
 
 import hashlib

@@ -3,10 +3,31 @@
   the timeout from `reward_timeout` or the env var OPENRLHF_ADA_REWARD_TIMEOUT (the cluster launcher sets it, since
   upstream's create_vllm_engines passes no extra arguments);
 - `load_weights_from_file`: loading new policy weights on any device (upstream's weight sync allocates on CUDA),
-  used by the single-machine trainer.
+  used by the single-machine trainer;
+- `generate_stream` / `cancel_stream` (what `--ada.cancel` needs): a prompt's samples handed back one by one as each
+  is generated and scored, and its outstanding requests cancelled on demand, with the tokens they had generated.
 The cluster launcher points upstream's `vllm_engine.RolloutRayActor` at this class, so create_vllm_engines builds it.
+
+Per-sample streaming. Upstream's `generate_responses` runs a prompt's samples as asyncio tasks of its executor
+(`executor.execute`: tokenise, generate on `vllm.AsyncLLMEngine`, score) and returns them all at once.
+`generate_stream(group_id, ..., indices)` is a Ray streaming generator over the same tasks, one per request index of
+the round: it yields `{"index": j, "response": <upstream's response dict>}` as each task finishes, and last
+`{"end": True, "cancelled": k, "cancelled_tokens": t}`. `cancel_stream(group_id)` cancels the group's unfinished
+tasks. Cancelling such a task raises CancelledError inside vLLM's `AsyncLLM.generate`, which aborts the request
+(`AsyncLLM.abort`: the output processor and the engine core drop it; `get_num_unfinished_requests` no longer
+counts it); a task cancelled while its reward is being computed stops waiting for it. A task that raised makes the
+stream raise, as upstream's `asyncio.gather` makes `generate_responses` raise.
+
+Tokens of a cancelled request: vLLM streams each request's output as it grows (upstream's sampling parameters keep
+vLLM's default cumulative output kind); the engine is wrapped (`_CountingEngine`, only once a stream is used) so
+that every streamed output records its token count in the request's task. A cancelled request counts the tokens of
+the last output vLLM had handed to the actor before the abort: every token it reports, and possibly short by the
+tokens of engine steps not yet handed over when the abort arrived. A request still queued in the scheduler counts 0.
+A multi-turn agent's earlier turns count in full.
 """
 
+import asyncio
+import contextvars
 import os
 
 import ray
@@ -30,10 +51,51 @@ def guard_executor(executor, remote_rm_url, timeout: float):
     return executor
 
 
+class _Progress:
+    """Tokens one sample's requests have produced: finished turns plus the latest output of the current one."""
+
+    __slots__ = ("done", "current")
+
+    def __init__(self):
+        self.done = 0
+        self.current = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.done + self.current
+
+
+_PROGRESS: contextvars.ContextVar = contextvars.ContextVar("openrlhf_ada_sample_progress", default=None)
+
+
+class _CountingEngine:
+    """vLLM's AsyncLLMEngine, unchanged, except that `generate` records the token count of every output it streams
+    into the calling task's `_Progress` (none outside `generate_stream`: then it only passes the outputs on)."""
+
+    def __init__(self, llm):
+        self._llm = llm
+
+    def __getattr__(self, name):
+        return getattr(self._llm, name)
+
+    async def generate(self, *args, **kwargs):
+        progress = _PROGRESS.get()
+        try:
+            async for output in self._llm.generate(*args, **kwargs):
+                if progress is not None and output.outputs:
+                    progress.current = len(output.outputs[0].token_ids)
+                yield output
+        finally:
+            if progress is not None:
+                progress.done += progress.current
+                progress.current = 0
+
+
 class _AdaRolloutRayActor(RolloutRayActor.__ray_actor_class__):
     async def __init__(self, *args, reward_timeout=None, **kwargs):
         await super().__init__(*args, **kwargs)
         self.executor = guard_executor(self.executor, kwargs.get("remote_rm_url"), reward_timeout_from_env(reward_timeout))
+        self._streams = {}  # group id -> {task: (request index, _Progress)}
 
     async def load_weights_from_file(self, path: str) -> None:
         await self.llm.collective_rpc(reload_weights_from_file, args=(path,))
@@ -45,6 +107,71 @@ class _AdaRolloutRayActor(RolloutRayActor.__ray_actor_class__):
 
     async def reseed(self, epoch: int) -> None:
         """vLLM is seeded once at start (a per-request seed fails on its CPU backend); nothing to do per step."""
+
+    async def generate_stream(self, group_id: str, prompt: str, label, sampling_params, max_length: int,
+                              hf_tokenizer, indices, images=None):
+        """Generate and score one sample per request index in `indices`, yielding each as it finishes (module
+        docstring). The group can be cancelled meanwhile with `cancel_stream(group_id)`."""
+        if group_id in self._streams:
+            raise ValueError(f"generate_stream: group {group_id!r} is already running on this engine")
+        if not isinstance(self.llm, _CountingEngine):
+            self.llm = _CountingEngine(self.llm)
+        loop = asyncio.get_running_loop()
+        tasks = {}
+        for index in indices:
+            progress = _Progress()
+            context = contextvars.copy_context()
+            context.run(_PROGRESS.set, progress)
+            task = loop.create_task(
+                self.executor.execute(prompt=prompt, label=label, sampling_params=sampling_params,
+                                      max_length=max_length, hf_tokenizer=hf_tokenizer, llm_engine=self,
+                                      images=images),
+                context=context,
+            )
+            tasks[task] = (int(index), progress)
+        self._streams[group_id] = tasks
+        cancelled = cancelled_tokens = 0
+        try:
+            pending = set(tasks)
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in sorted(done, key=lambda t: tasks[t][0]):
+                    index, progress = tasks[task]
+                    if task.cancelled():
+                        cancelled += 1
+                        cancelled_tokens += progress.tokens
+                        continue
+                    yield {"index": index, "response": task.result()}  # a task that raised: the stream raises
+            yield {"end": True, "cancelled": cancelled, "cancelled_tokens": cancelled_tokens}
+        finally:
+            self._streams.pop(group_id, None)
+            for task in tasks:  # the stream itself failed or was dropped: nothing of it keeps generating
+                task.cancel()
+
+    async def cancel_stream(self, group_id: str) -> int:
+        """Cancel the unfinished requests of a running `generate_stream` group (aborting them in vLLM); returns how
+        many were cancelled (0 when the group is unknown or already over)."""
+        count = 0
+        for task in self._streams.get(group_id, ()):
+            if not task.done():
+                task.cancel()
+                count += 1
+        return count
+
+    def vllm_generation_tokens(self):
+        """vLLM's own running count of the tokens this engine generated (its Prometheus counter
+        `vllm:generation_tokens`: every request, an aborted one up to the outputs processed before its abort), or
+        None when vLLM keeps no statistics (--disable-log-stats). An independent check of the tokens counted by
+        `generate_stream` (tests, benchmarks/rollout_realistic.py)."""
+        from prometheus_client import REGISTRY
+
+        total = None
+        for metric in REGISTRY.collect():
+            if metric.name in ("vllm:generation_tokens", "vllm:generation_tokens_total"):
+                for sample in metric.samples:
+                    if sample.name.endswith("_total"):
+                        total = (total or 0.0) + sample.value
+        return total
 
 
 AdaRolloutRayActor = ray.remote(_AdaRolloutRayActor)
