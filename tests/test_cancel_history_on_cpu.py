@@ -11,6 +11,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from hashlib import sha256
@@ -228,6 +230,47 @@ def test_per_prompt_outcomes_with_cancel_on_and_off(engine, tokenizer, reward_fi
         else:
             assert m["ada/tokens_generated"] == 44 * tokens and "ada/cancelled_requests" not in m
             assert all({c[0] for c in p.calls} == {"round"} for p in gen.last_pools)  # whole rounds, as before
+
+
+def test_with_cancel_failed_rewards_still_stop_the_step_early(engine, tokenizer, reward_file):
+    """3 of every 4 rewards raise (limit 0.25): the failed share is judged after every sample once 16 are back, so
+    the step stops there naming the reward file, and cancels what is still running."""
+    gen, labels = make_generator(engine, tokenizer, reward_file, ["x,x,x,1,x,x,x,1"] * 6, "--ada.cancel",
+                                 "--ada.round_size", "4", "--ada.max_rounds", "2", "--fault.max_failed_share", "0.25")
+    with pytest.raises(RuntimeError, match=r"of 16 samples of this step so far.*scripted\.py"):
+        gen.generate_samples(**gen_kwargs(8))
+    deadline = time.time() + 30
+    while ray.get(engine.get_num_unfinished_requests.remote()) and time.time() < deadline:
+        time.sleep(0.1)
+    assert ray.get(engine.get_num_unfinished_requests.remote()) == 0
+
+
+def test_with_cancel_a_lost_engine_s_requests_run_again_on_the_survivor(engine, tokenizer, reward_file,
+                                                                        tiny_llama_path):
+    """Two engines, every correct answer's verifier takes 0.3 s so requests are in flight when one engine is
+    killed: the requests of its rounds that had not come back run again on the other one; every prompt still
+    trains exactly n samples, and nothing is left running."""
+    victim = AdaRolloutRayActor.options(num_cpus=0.5, num_gpus=0).remote(
+        model=tiny_llama_path, dtype="float32", enforce_eager=True, num_gpus=0, seed=0, remote_rm_url=[reward_file],
+        gpu_memory_utilization=0.1, max_model_len=MAX_LEN, distributed_executor_backend="uni")
+    ray.get(victim.get_num_unfinished_requests.remote())
+    script = ",".join(["slow0.3", "0"] * 8)
+    gen, labels = make_generator(victim, tokenizer, reward_file, [script] * 4, "--ada.cancel", "--ada.round_size",
+                                 "4", "--ada.max_rounds", "2")
+    gen.vllm_engines.append(engine)
+    result = {}
+    thread = threading.Thread(target=lambda: result.setdefault("out", gen.generate_samples(**gen_kwargs(16))))
+    thread.start()
+    deadline = time.time() + 120
+    while ray.get(victim.get_num_unfinished_requests.remote()) == 0 and time.time() < deadline:
+        time.sleep(0.05)
+    ray.kill(victim)
+    thread.join(timeout=300)
+    assert not thread.is_alive()
+    samples, _, consumed, _ = result["out"]
+    assert consumed == 4 and list(by_label(samples)) == labels
+    assert gen.last_metrics["fault/engine_failures"] >= 1 and gen.vllm_engines == [engine]
+    assert ray.get(engine.get_num_unfinished_requests.remote()) == 0
 
 
 # -- history -------------------------------------------------------------------------------------------------------
