@@ -362,3 +362,42 @@ def test_learning_comparison_tiny_run_resumes_and_reports(tmp_path, tiny_llama_p
 
     proc = invoke("--budget", "90")
     assert proc.returncode != 0 and "other settings (budget)" in proc.stdout + proc.stderr
+
+
+def test_rollout_realistic_totals_and_length_bias_by_hand():
+    """benchmarks/rollout_realistic.py's per-run totals and length table on a hand-made run (batch 2): step 1 trains
+    2 groups (one with signal), step 2 one group with signal and skips one prompt."""
+    rr = load("rollout_realistic")
+
+    def group(rewards, lengths):
+        return {"rewards": rewards, "scores": rewards, "lengths": lengths, "truncated": [False] * 4}
+
+    def pool(samples, tokens, cancelled=0, cancelled_tokens=0, rounds=1, lengths=(), pos=()):
+        return {"samples": samples, "tokens": tokens, "cancelled": cancelled, "cancelled_tokens": cancelled_tokens,
+                "discarded": 0, "rounds": rounds, "pool_lengths": list(lengths), "pool_pos": list(pos), "kept": []}
+
+    run = {"steps": [
+        {"epoch": 0, "wall": 10.0, "tokens": 300.0, "samples": 20.0, "skipped": 0.0,
+         "groups": [group([1, 0, 0, 1], [10, 20, 30, 40]), group([0, 0, 0, 0], [5, 5, 5, 5])],
+         "pools": [pool(12, 200, cancelled=2, cancelled_tokens=20, rounds=2, lengths=[10, 20, 30, 40, 50],
+                        pos=[True, False, False, True, True]),
+                   pool(8, 100, rounds=1, lengths=[5] * 8, pos=[False] * 8)]},
+        {"epoch": 1, "wall": 4.0, "tokens": 100.0, "samples": 8.0, "skipped": 1.0,
+         "groups": [group([1, 1, 0, 0], [8, 8, 8, 8])],
+         "pools": [pool(8, 100, rounds=3, lengths=[8] * 8, pos=[True, True] + [False] * 6)]},
+    ], "load": [1.0, 3.0], "vllm_tokens": 400.0}
+    s = rr.summarize_run(run, batch=2)
+    assert s["step_wall"] == 10.0 and s["steps"] == 2  # only step 1 trained a full batch
+    assert (s["visits"], s["samples_per_visit"], s["tokens_per_visit"]) == (4, 7.0, 100.0)  # 3 pools + 1 skipped
+    assert (s["groups"], s["signal_groups"], s["signal_per_visit"]) == (3, 2, 0.5)
+    assert s["coverage"] == pytest.approx(2 / 3) and s["skipped_share"] == 0.25
+    assert s["eta"] == pytest.approx((100 + 32) / 400) and s["tokens_per_signal_group"] == 200.0
+    assert s["rounds"] == 2.0 and s["cancelled_token_share"] == pytest.approx(20 / 400)
+    assert (s["load_mean"], s["load_max"], s["vllm_ratio"]) == (2.0, 3.0, 1.0)
+    b = rr.length_bias([run])
+    assert b["kept"] == pytest.approx(152 / 12) and b["kept_pos"] == 16.5 and b["kept_neg"] == 10.75
+    # pool: correct 10, 40, 50, 8, 8; wrong 20, 30, 5 x 8, 8 x 6; finished: (400 - 20) tokens / (28 - 2) samples
+    assert b["pool_pos"] == pytest.approx(116 / 5) and b["pool_neg"] == pytest.approx(138 / 16)
+    assert b["finished"] == pytest.approx(380 / 26) and (b["cancelled"], b["cancelled_n"]) == (10.0, 2)
+    # ADORA: group 1 longest correct 40 > mean wrong 25 (advantageous); group 3: 8 > 8 is not
+    assert (b["advantageous"], b["signal_groups"]) == (0.5, 2)
