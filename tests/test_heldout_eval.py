@@ -214,6 +214,15 @@ def test_run_evaluates_before_every_k_steps_and_at_the_end(tmp_path, tiny_llama_
     logged = [(e.step, e.value) for e in events.Scalars("eval/accuracy")]
     assert logged == [(s, pytest.approx(rows[s]["eval/accuracy"])) for s in (0, 2, 3)]
 
+    # continued to step 4 from the checkpoint of step 3: no second evaluation before training, step 4 evaluated
+    argv[argv.index("--local.max_steps") + 1] = "4"
+    run(parse_local_args(argv + ["--ckpt.load_enable"]))
+    raw = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    assert raw == [0, 1, 2, 3, 4]
+    resumed = {r["step"]: r for r in read_metrics(str(out))}
+    assert [s for s, r in resumed.items() if "eval/accuracy" in r] == [0, 2, 3, 4]
+    assert resumed[3] == rows[3]
+
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
