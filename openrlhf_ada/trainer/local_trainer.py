@@ -401,7 +401,10 @@ class LocalTrainer:
     def sync_weights(self) -> None:
         path = os.path.join(self.weights_dir, "policy.safetensors")
         save_file({k: v.detach().contiguous().clone() for k, v in self.policy.state_dict().items()}, path)
-        ray.get(self.engine.load_weights_from_file.remote(path))
+        try:
+            ray.get(self.engine.load_weights_from_file.remote(path))
+        finally:  # the engine holds the weights now; a copy left in /dev/shm would hold RAM after a crash or kill
+            os.remove(path)
 
     # ------------------------------------------------------------------------------------------------------------
     def step_metrics(self, samples, experiences, n, train_stats, t_gen, t_train) -> Dict[str, float]:

@@ -17,6 +17,7 @@ from openrlhf_ada.trainer.ppo_utils.samples_generator import (
     AdaSamplesGenerator,
     LoaderWithSamplerState,
     data_parallel_unit,
+    probe_engines,
     resume_hint,
 )
 from openrlhf_ada.utils.metrics_log import MetricsWriter, keep_rows_up_to, read_metrics, standardize
@@ -55,14 +56,7 @@ class AdaTrainerMixin:
     def _stop_on_lost_engines(self) -> None:
         """Every rollout engine must answer before a step trains: the weight sync after it addresses each of them,
         and a dead one makes it raise (CUDA IPC) or wait forever (an NCCL group has a fixed size)."""
-        lost = []
-        for i, engine in enumerate(self._sync_engines):
-            check = getattr(engine, "check_health", None) or engine.get_num_unfinished_requests
-            try:
-                ray.get(check.remote(), timeout=60)
-            except Exception as e:  # dead, engine core dead, or hung
-                lost.append(f"rollout engine {i} of {len(self._sync_engines)}: {type(e).__name__}: "
-                            f"{str(e).splitlines()[0][:300] if str(e) else ''}")
+        _, lost = probe_engines(self._sync_engines, timeout=60)
         if lost:
             raise RuntimeError(f"lost {'; '.join(lost)}. The run stops before the weight sync would wait for it. "
                                f"Last checkpoint: {resume_hint(self.args)}")
@@ -75,9 +69,10 @@ class AdaTrainerMixin:
         self._stop_on_lost_engines()
         step = global_step + 1  # the step this update will be logged as
         self.experience_maker.global_step = step
+        rewards = [float(s.rewards.reshape(-1)[0]) for s in rollout_samples if s.rewards is not None]
         self._signal_state, signal_metrics, warnings = observe(
-            self._signal_state, step=step, rewards=[float(s.rewards.reshape(-1)[0]) for s in rollout_samples if s.rewards is not None],
-            infos=[s.info for s in rollout_samples], labels=[s.labels[0] for s in rollout_samples])
+            self._signal_state, step=step, rewards=rewards, infos=[s.info for s in rollout_samples],
+            labels=[s.labels[0] for s in rollout_samples])
         for warning in warnings:
             logger.warning(warning)
         status, global_step = super().train_step(rollout_samples, global_step)

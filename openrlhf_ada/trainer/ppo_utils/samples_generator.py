@@ -243,6 +243,23 @@ def resume_hint(args) -> str:
     return f"{tag} in {os.path.join(args.ckpt.path, '_actor')}; restart with the same flags plus --ckpt.load_enable"
 
 
+def probe_engines(engines, timeout: float) -> Tuple[list, List[str]]:
+    """Ask every rollout engine for a health check (`check_health`, else upstream's `get_num_unfinished_requests`).
+    Returns (the engines that answered, one line per engine that did not: dead actor, dead vLLM engine core inside a
+    live actor (a RayTaskError), or no answer within `timeout` seconds)."""
+    alive, lost = [], []
+    for i, engine in enumerate(engines):
+        check = getattr(engine, "check_health", None) or engine.get_num_unfinished_requests
+        try:
+            ray.get(check.remote(), timeout=timeout)
+            alive.append(engine)
+        except Exception as e:  # noqa: BLE001 - any failure to answer means the engine can take no more work
+            said = str(getattr(e, "cause", None) or e)  # a RayTaskError's own first line is only its header
+            lost.append(f"rollout engine {i} of {len(engines)} ({engine}): {type(e).__name__}: "
+                        f"{said.splitlines()[0][:300] if said else ''}")
+    return alive, lost
+
+
 def data_parallel_unit(args) -> int:
     """Samples in the smallest batch that every data-parallel rank of every model group can split evenly: whole
     groups of n, and the same number of full rollout micro-batches per rank (upstream hands micro-batches to ranks
@@ -419,15 +436,7 @@ class AdaSamplesGenerator(SamplesGenerator):
         """Keep only the engines that still answer a health check; returns what happened to the others. With none
         left, stop with a clear error. An engine whose vLLM engine core died inside a live Ray actor fails the check
         too (its calls raise a RayTaskError, not a RayActorError)."""
-        alive, lost = [], []
-        for i, engine in enumerate(self.vllm_engines):
-            check = getattr(engine, "check_health", None) or engine.get_num_unfinished_requests
-            try:
-                ray.get(check.remote(), timeout=30)
-                alive.append(engine)
-            except Exception as e:  # dead, engine core dead, or not answering: either way it gets no more work
-                lost.append(f"rollout engine {i} of {len(self.vllm_engines)} ({engine}): {type(e).__name__}: "
-                            f"{str(e).splitlines()[0][:300] if str(e) else ''}")
+        alive, lost = probe_engines(self.vllm_engines, timeout=30)
         self.lost_engines.extend(lost)
         if lost and self.stop_on_engine_loss:
             raise RuntimeError(
