@@ -33,26 +33,7 @@ from openrlhf_ada.utils.metrics_log import read_metrics
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-REWARD = textwrap.dedent('''
-    import threading, time
-    import torch
-
-    _lock, _seen = threading.Lock(), {}
-
-    def reward_func(queries, prompts, labels):
-        label = labels[0]
-        with _lock:
-            k = _seen.get(label, 0)
-            _seen[label] = k + 1
-        what = label.split("|")[1].split(",")[k]
-        if what.startswith("slow"):  # a correct answer whose verifier takes a while: the next request runs meanwhile
-            time.sleep(float(what[4:]))
-            what = "1"
-        if what == "x":
-            raise ValueError("scripted reward failure")
-        t = torch.tensor([float(what)])
-        return {"rewards": t, "scores": t, "extra_logs": {}}
-''')
+REWARD_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripted_reward.py")  # labels script it
 MAX_LEN = 512  # the tiny llama's positions
 
 
@@ -61,10 +42,8 @@ def gen_kwargs(tokens):
 
 
 @pytest.fixture(scope="module")
-def reward_file(tmp_path_factory):
-    path = tmp_path_factory.mktemp("cancel_reward") / "scripted.py"
-    path.write_text(REWARD)
-    return str(path)
+def reward_file():
+    return REWARD_FILE
 
 
 @pytest.fixture(scope="module")
@@ -237,7 +216,7 @@ def test_with_cancel_failed_rewards_still_stop_the_step_early(engine, tokenizer,
     the step stops there naming the reward file, and cancels what is still running."""
     gen, labels = make_generator(engine, tokenizer, reward_file, ["x,x,x,1,x,x,x,1"] * 6, "--ada.cancel",
                                  "--ada.round_size", "4", "--ada.max_rounds", "2", "--fault.max_failed_share", "0.25")
-    with pytest.raises(RuntimeError, match=r"of 16 samples of this step so far.*scripted\.py"):
+    with pytest.raises(RuntimeError, match=r"of 16 samples of this step so far.*scripted_reward\.py"):
         gen.generate_samples(**gen_kwargs(8))
     deadline = time.time() + 30
     while ray.get(engine.get_num_unfinished_requests.remote()) and time.time() < deadline:

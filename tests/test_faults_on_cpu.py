@@ -26,50 +26,13 @@ from openrlhf_ada.utils.metrics_log import read_metrics
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-# label "<run>|<behaviour>,<behaviour>,..." scripts each successive sample of a prompt
-REWARD = textwrap.dedent('''
-    import threading, time
-    import torch
-
-    _lock, _seen = threading.Lock(), {}
-
-    def reward_func(queries, prompts, labels):
-        label = labels[0]
-        with _lock:
-            k = _seen.get(label, 0)
-            _seen[label] = k + 1
-        what = label.split("|")[1].split(",")[k]
-        if what.startswith("slow"):  # a slow but good reward: keeps requests in flight
-            time.sleep(float(what[4:] or 1))
-            what = "1"
-        if what == "raise":
-            raise RuntimeError("reward service exploded")
-        if what == "none":
-            return None
-        if what == "hang":
-            time.sleep(30)
-        if what == "nan":
-            return {"rewards": torch.tensor([float("nan")]), "scores": torch.tensor([1.0])}
-        if what == "inf":
-            return {"rewards": torch.tensor([float("inf")])}
-        if what == "str":
-            return {"rewards": "great", "scores": "great"}
-        if what == "shape":
-            return {"rewards": torch.tensor([1.0, 0.0]), "scores": torch.tensor([1.0, 0.0])}
-        if what.endswith("e"):  # a reward file that sometimes adds an extra_logs key
-            t = torch.tensor([float(what[:-1])])
-            return {"rewards": t, "scores": t, "extra_logs": {"odd_key": 1.0}}
-        t = torch.tensor([float(what)])
-        return {"rewards": t, "scores": t, "extra_logs": {}}
-''')
+REWARD_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripted_reward.py")  # labels script it
 GEN = dict(max_len=128, max_new_tokens=4, min_new_tokens=4, temperature=1.0, top_p=1.0)
 
 
 @pytest.fixture(scope="module")
-def reward_file(tmp_path_factory):
-    path = tmp_path_factory.mktemp("fault_reward") / "scripted.py"
-    path.write_text(REWARD)
-    return str(path)
+def reward_file():
+    return REWARD_FILE
 
 
 def start_engine(model, reward_file, timeout=2.0):
@@ -136,7 +99,7 @@ def test_too_many_failures_stop_the_run_with_the_reward_file_and_an_input(engine
     with pytest.raises(RuntimeError) as e:
         gen.generate_samples(**GEN)
     msg = str(e.value)
-    assert "scripted.py" in msg and "3 of 8 samples" in msg and "raised" in msg
+    assert "scripted_reward.py" in msg and "3 of 8 samples" in msg and "raised" in msg
     assert labels[0] in msg and "prompt 0" in msg
 
 
@@ -264,7 +227,7 @@ def test_a_reward_that_always_raises_stops_in_the_first_round(engines, tiny_llam
     """40 prompts, batch 8: the step stops once 16 samples are back, all failed; it does not spend the dataset."""
     gen, labels = make_generator(engines[:1], tiny_llama_path, ["raise,raise,raise,raise"] * 40, batch=8,
                                  reward=reward_file)
-    with pytest.raises(RuntimeError, match=r"of this step so far \(100%\) got no usable reward from.*scripted\.py"):
+    with pytest.raises(RuntimeError, match=r"of this step so far \(100%\) got no usable reward from.*scripted_reward\.py"):
         gen.generate_samples(**GEN)
     assert next_prompt_index(gen) == 8  # only the first batch was drawn: no replacement prompts
 
@@ -276,7 +239,7 @@ def test_a_hanging_reward_stops_after_one_timeout(engines, tiny_llama_path, rewa
                                  reward=reward_file)
     with pytest.raises(RuntimeError, match="'timeout'") as e:
         gen.generate_samples(**GEN)
-    assert "scripted.py" in str(e.value)
+    assert "scripted_reward.py" in str(e.value)
     assert next_prompt_index(gen) == 8
 
 
@@ -284,7 +247,7 @@ def test_replacements_for_failed_rewards_are_capped(engines, tiny_llama_path, re
     """Fixed n: one sample in four fails (under the 0.5 limit), so every prompt's group is incomplete and would be
     replaced from the data; a step replaces at most one batch of them, then stops naming the reward file."""
     gen, labels = make_generator(engines[:1], tiny_llama_path, ["1,0,raise,1"] * 40, batch=4, reward=reward_file)
-    with pytest.raises(RuntimeError, match="could not form a group.*scripted.py"):
+    with pytest.raises(RuntimeError, match=r"could not form a group.*scripted_reward\.py"):
         gen.generate_samples(**GEN)
     assert next_prompt_index(gen) <= 4 + 4 + 1
 
