@@ -81,3 +81,22 @@ def run_python():
         return json.loads(results[-1])
 
     return run
+
+
+@pytest.fixture
+def shm_segments_left():
+    """`f()`: the vLLM shared-memory segments (/dev/shm/psm_*) there now; `f(since)`: those that appeared since and
+    stay behind with no live process mapping them (waiting up to 15 s for killed engine processes to go)."""
+    import time
+
+    from openrlhf_ada.utils.shm_leftovers import mapped_segments, orphans, segments
+
+    def left(since=None, wait=15.0):
+        if since is None:
+            return segments()
+        deadline = time.time() + wait
+        while any(p in mapped_segments([1]) for p in segments() - since) and time.time() < deadline:
+            time.sleep(0.5)
+        return orphans(since)
+
+    return left

@@ -60,10 +60,13 @@ def train(task, tiny_llama_path, out, *flags, steps=14, engine="hf"):
                                 "--ada.round_size", "4", "--ada.max_rounds", "3"]),
     ],
 )
-def test_reward_rises(task, tiny_llama_path, ray_local, tmp_path, name, flags):
+def test_reward_rises(task, tiny_llama_path, ray_local, tmp_path, name, flags, shm_segments_left):
+    since = shm_segments_left()
     rewards = train(task, tiny_llama_path, tmp_path / name, *flags)
     first, last = sum(rewards[:4]) / 4, sum(rewards[-4:]) / 4
     assert first < 0.2 and last > first + 0.4, f"{name}: {rewards}"
+    assert shm_segments_left(since) == []  # the killed vLLM engine's shared memory did not stay behind
+
 
 
 def test_flipped_advantage_does_not_improve(task, tiny_llama_path, ray_local, tmp_path):

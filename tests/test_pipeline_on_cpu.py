@@ -282,7 +282,7 @@ def test_a_dead_engine_stops_the_run_with_where_to_resume(tmp_path, tiny_llama_p
 # -- a shipped script, as the README tells users to run it -------------------------------------------------------
 
 
-def test_shipped_script_through_ray_job_submit_on_two_nodes(tmp_path):
+def test_shipped_script_through_ray_job_submit_on_two_nodes(tmp_path, shm_segments_left):
     """examples/scripts/train_adora_reinforce_ada.sh, unchanged, submitted with `ray job submit` to a local Ray of
     two nodes with one logical GPU each (NUM_NODES=2, NUM_GPUS=1: an actor rank and a vLLM engine per node), the
     CPU settings as the script's environment variables and extra arguments (what make cluster-demo does)."""
@@ -291,9 +291,11 @@ def test_shipped_script_through_ray_job_submit_on_two_nodes(tmp_path):
 
     env_vars = {**prepare("tiny", str(tmp_path / "demo"), prompts=16, seed=0), "NUM_NODES": "2", "NUM_GPUS": "1",
                 "SAVE_PATH": str(tmp_path / "run"), "WANDB_TOKEN": ""}
+    since = shm_segments_left()
     with LocalRayCluster(nodes=2, gpus_per_node=1, log_dir=str(tmp_path / "ray_logs")) as cluster:
         assert cluster._status().count("node_") == 2
         status = submit(cluster, env_vars, TINY_ARGS, str(tmp_path / "job.log"), timeout=600)
+    assert shm_segments_left(since) == []  # the engines' shared memory went with the cluster
     log = (tmp_path / "job.log").read_text()
     assert status == 0 and "succeeded" in log, log[-6000:]
     rows = jsonl_rows(tmp_path / "run" / "ckpt" / "metrics.jsonl")

@@ -20,6 +20,8 @@ import tempfile
 import time
 from typing import List, Optional
 
+from openrlhf_ada.utils.shm_leftovers import mapped_segments, remove_orphans, remove_segments, segments
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -51,6 +53,7 @@ class LocalRayCluster:
         os.makedirs(self.log_dir, exist_ok=True)
         self.gcs_port = self.dashboard_port = None
         self._procs: List[subprocess.Popen] = []
+        self._shm_at_start = segments()
 
     @property
     def gcs_address(self) -> str:
@@ -122,7 +125,10 @@ class LocalRayCluster:
 
     def stop(self, keep_files: bool = False) -> None:
         """Stop the nodes (workers first, the head last): SIGTERM to each node's process group, SIGKILL after 20 s;
-        then remove the temp dir (Ray's session logs) unless `keep_files`."""
+        then remove the temp dir (Ray's session logs) unless `keep_files`, and the shared-memory segments that
+        this cluster's killed vLLM engines leave behind, also those of engines that ended before (Ray kills a job's
+        actors when it ends): openrlhf_ada.utils.shm_leftovers."""
+        held = mapped_segments([proc.pid for proc in self._procs if proc.poll() is None])
         for proc in reversed(self._procs):
             if proc.poll() is None:
                 try:
@@ -140,6 +146,8 @@ class LocalRayCluster:
             except ProcessLookupError:
                 pass
         self._procs.clear()
+        remove_segments(held, wait=5.0)
+        remove_orphans(self._shm_at_start)
         if not keep_files:
             shutil.rmtree(self.temp_dir, ignore_errors=True)
 

@@ -1,0 +1,105 @@
+"""openrlhf_ada.utils.shm_leftovers: the shared-memory segments of killed processes are found and removed; nobody
+else's are touched. A child process holds a segment the way vLLM's engine processes do (created with Python's
+SharedMemory, name /dev/shm/psm_*) and is killed with SIGKILL, as Ray kills actors."""
+
+import os
+import signal
+import subprocess
+import sys
+from multiprocessing import shared_memory
+
+import pytest
+
+from openrlhf_ada.utils.shm_leftovers import (
+    mapped_segments,
+    orphans,
+    process_tree,
+    remove_orphans,
+    remove_segments,
+    segments,
+)
+
+pytestmark = pytest.mark.skipif(not os.path.isdir("/proc") or not os.path.isdir("/dev/shm"), reason="Linux only")
+
+# Creates a segment, optionally from a grandchild, prints its name, then waits to be killed. Python's resource tracker
+# would unlink it when the creator dies; vLLM's killed processes take theirs along no such way, so it is unregistered.
+HOLDER = r"""
+import subprocess, sys, time
+from multiprocessing import resource_tracker, shared_memory
+if sys.argv[1] == "grandchild":
+    subprocess.Popen([sys.executable, "-c", sys.argv[2], "direct", sys.argv[2]])
+else:
+    shm = shared_memory.SharedMemory(create=True, size=1 << 20)
+    resource_tracker.unregister(shm._name, "shared_memory")
+    print(shm._name, flush=True)
+time.sleep(120)
+"""
+
+
+def hold(mode):
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, mode, HOLDER], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    name = proc.stdout.readline().strip()
+    assert name.startswith("/psm_"), name
+    return proc, "/dev/shm" + name
+
+
+def kill(proc):
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+@pytest.fixture
+def bystander():
+    """A segment of another process tree (this one): it must survive."""
+    shm = shared_memory.SharedMemory(create=True, size=1 << 16)
+    yield "/dev/shm/" + shm.name.lstrip("/")
+    shm.close()
+    shm.unlink()
+
+
+@pytest.mark.parametrize("mode", ["direct", "grandchild"])
+def test_a_killed_holder_s_segment_is_found_and_removed(mode, bystander):
+    proc, path = hold(mode)
+    try:
+        found = mapped_segments([proc.pid])
+        assert path in found and bystander not in found
+        holders = found[path]
+        assert holders <= process_tree([proc.pid]) and (mode == "direct") == (holders == {proc.pid})
+    finally:
+        kill(proc)
+    assert os.path.exists(path)  # killed: nothing cleaned it up
+    assert remove_segments(found) == [path]
+    assert not os.path.exists(path) and os.path.exists(bystander)
+
+
+def test_nothing_mapped_nothing_removed_and_only_psm_paths(bystander, tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert mapped_segments([proc.pid]) == {}
+    finally:
+        proc.kill()
+        proc.wait()
+    other = tmp_path / "psm_x"
+    other.write_text("")
+    crafted = {str(other): {proc.pid}, "/dev/shm/psm_../../etc/x": {proc.pid}, bystander + "/..": {proc.pid}}
+    assert remove_segments(crafted, wait=0) == []
+    assert other.exists() and os.path.exists(bystander)
+
+
+def test_an_already_removed_segment_is_not_an_error():
+    assert remove_segments({"/dev/shm/psm_doesnotexist0": {999999}}, wait=0) == []
+
+
+def test_orphans_are_the_new_segments_nobody_maps(bystander):
+    since = segments() - {bystander}  # the bystander counts as new, but its creator (this process) maps it
+    dead, dead_path = hold("direct")
+    live, live_path = hold("direct")
+    try:
+        kill(dead)
+        assert orphans(since) == [dead_path]
+        assert remove_orphans(since) == [dead_path]
+        assert not os.path.exists(dead_path) and os.path.exists(live_path) and os.path.exists(bystander)
+    finally:
+        kill(live)
+        remove_segments({live_path: {live.pid}}, wait=0)
