@@ -92,10 +92,18 @@ def segments() -> Set[str]:
 
 
 def orphans(since: Set[str]) -> List[str]:
-    """Segments that appeared after `since` (from `segments()`) and that no live process maps: nobody can use them
-    any more (vLLM's readers attach right after creation), they only hold RAM."""
-    mapped = mapped_segments([1])  # every process of this machine (or container)
-    return sorted(path for path in segments() - since if path not in mapped)
+    """This user's segments that appeared after `since` (from `segments()`) and that no live process maps: nobody
+    can use them any more (vLLM's readers attach right after creation), they only hold RAM."""
+    mapped = mapped_segments([1])  # every process of this machine (or container) whose maps this user may read
+    return sorted(path for path in segments() - since if path not in mapped and _mine(path))
+
+
+def _mine(path: str) -> bool:
+    """Only this user's segments count: another user's processes' maps cannot be read, so theirs look unmapped."""
+    try:
+        return os.stat(path).st_uid == os.getuid()
+    except OSError:
+        return False
 
 
 def remove_orphans(since: Set[str]) -> List[str]:
