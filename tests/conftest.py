@@ -100,3 +100,27 @@ def shm_segments_left():
         return orphans(since)
 
     return left
+
+
+@pytest.fixture
+def generate_killing():
+    """`f(gen, victim, **generate_kwargs)`: run `gen.generate_samples` in a thread, kill the engine `victim` with
+    ray.kill as soon as it holds requests, and return what generate_samples returned (it must finish)."""
+    import threading
+    import time
+
+    import ray
+
+    def run(gen, victim, **generate_kwargs):
+        result = {}
+        thread = threading.Thread(target=lambda: result.setdefault("out", gen.generate_samples(**generate_kwargs)))
+        thread.start()
+        deadline = time.time() + 120
+        while ray.get(victim.get_num_unfinished_requests.remote()) == 0 and time.time() < deadline:
+            time.sleep(0.05)
+        ray.kill(victim)
+        thread.join(timeout=300)
+        assert not thread.is_alive(), "generate_samples did not finish after the engine was killed"
+        return result["out"]
+
+    return run

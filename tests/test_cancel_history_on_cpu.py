@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -225,7 +224,7 @@ def test_with_cancel_failed_rewards_still_stop_the_step_early(engine, tokenizer,
 
 
 def test_with_cancel_a_lost_engine_s_requests_run_again_on_the_survivor(engine, tokenizer, reward_file,
-                                                                        tiny_llama_path):
+                                                                        tiny_llama_path, generate_killing):
     """Two engines, every correct answer's verifier takes 0.3 s so requests are in flight when one engine is
     killed: the requests of its rounds that had not come back run again on the other one; every prompt still
     trains exactly n samples, and nothing is left running."""
@@ -237,16 +236,7 @@ def test_with_cancel_a_lost_engine_s_requests_run_again_on_the_survivor(engine, 
     gen, labels = make_generator(victim, tokenizer, reward_file, [script] * 4, "--ada.cancel", "--ada.round_size",
                                  "4", "--ada.max_rounds", "2")
     gen.vllm_engines.append(engine)
-    result = {}
-    thread = threading.Thread(target=lambda: result.setdefault("out", gen.generate_samples(**gen_kwargs(16))))
-    thread.start()
-    deadline = time.time() + 120
-    while ray.get(victim.get_num_unfinished_requests.remote()) == 0 and time.time() < deadline:
-        time.sleep(0.05)
-    ray.kill(victim)
-    thread.join(timeout=300)
-    assert not thread.is_alive()
-    samples, _, consumed, _ = result["out"]
+    samples, _, consumed, _ = generate_killing(gen, victim, **gen_kwargs(16))
     assert consumed == 4 and list(by_label(samples)) == labels
     assert gen.last_metrics["fault/engine_failures"] >= 1 and gen.vllm_engines == [engine]
     assert ray.get(engine.get_num_unfinished_requests.remote()) == 0

@@ -113,22 +113,14 @@ def test_failed_samples_without_reinforce_ada(engines, tiny_llama_path, reward_f
     assert "ada/resolved_share" not in gen.last_metrics  # round statistics mean nothing for fixed n
 
 
-def test_engine_killed_mid_round_work_moves_to_the_survivor(ray_local, tiny_llama_path, reward_file):
+def test_engine_killed_mid_round_work_moves_to_the_survivor(ray_local, tiny_llama_path, reward_file,
+                                                             generate_killing):
     victim, survivor = start_engine(tiny_llama_path, reward_file), start_engine(tiny_llama_path, reward_file)
     try:
         # every sample's reward takes 1 s, so rounds are in flight when the victim dies
         slow = ",".join(["slow1"] * 2 + ["0"] * 2 + ["slow1"] * 2 + ["0"] * 6)
         gen, labels = make_generator([victim, survivor], tiny_llama_path, [slow] * 4, *ADA, reward=reward_file)
-        result = {}
-        thread = threading.Thread(target=lambda: result.setdefault("out", gen.generate_samples(**GEN)))
-        thread.start()
-        deadline = time.time() + 120
-        while ray.get(victim.get_num_unfinished_requests.remote()) == 0 and time.time() < deadline:
-            time.sleep(0.05)
-        ray.kill(victim)
-        thread.join(timeout=300)
-        assert not thread.is_alive()
-        samples, _, consumed, _ = result["out"]
+        samples, _, consumed, _ = generate_killing(gen, victim, **GEN)
         assert consumed == 4 and len(samples) == 16  # exactly n per prompt, nothing lost
         for i in range(0, 16, 4):
             assert len({e.labels[0] for e in samples[i : i + 4]}) == 1
