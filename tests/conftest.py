@@ -124,3 +124,20 @@ def generate_killing():
         return result["out"]
 
     return run
+
+
+@pytest.fixture
+def refused(capsys):
+    """`f(parse, argv, words)`: `parse(argv)` exits with argparse's usage error (2) and its message holds each of
+    `words`; returns the message."""
+
+    def check(parse, argv, words):
+        with pytest.raises(SystemExit) as e:
+            parse(argv)
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        missing = [word for word in words if word not in err]
+        assert not missing, f"{missing} not in: {err}"
+        return err
+
+    return check

@@ -75,13 +75,8 @@ def test_upstream_flags_pass_through_and_upstream_checks_still_run():
         (["--reward.remote_url", f"{REWARD},http://localhost:5000"], ["must be the only entry"]),
     ],
 )
-def test_misuse_fails_with_a_clear_message(extra, words, capsys):
-    with pytest.raises(SystemExit) as e:
-        parse_args(BASE + extra)
-    assert e.value.code == 2
-    err = capsys.readouterr().err
-    for word in words:
-        assert word in err
+def test_misuse_fails_with_a_clear_message(extra, words, refused):
+    refused(parse_args, BASE + extra, words)
 
 
 def test_ada_without_a_reward_function_is_refused(capsys):
