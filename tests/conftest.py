@@ -87,16 +87,12 @@ def run_python():
 def shm_segments_left():
     """`f()`: the vLLM shared-memory segments (/dev/shm/psm_*) there now; `f(since)`: those that appeared since and
     stay behind with no live process mapping them (waiting up to 15 s for killed engine processes to go)."""
-    import time
-
-    from openrlhf_ada.utils.shm_leftovers import mapped_segments, orphans, segments
+    from openrlhf_ada.utils.shm_leftovers import orphans, segments
 
     def left(since=None, wait=15.0):
         if since is None:
             return segments()
-        deadline = time.time() + wait
-        while any(p in mapped_segments([1]) for p in segments() - since) and time.time() < deadline:
-            time.sleep(0.5)
+        _wait_until_unmapped(since, wait)
         return orphans(since)
 
     return left
@@ -148,13 +144,20 @@ def _shm_orphans_removed_per_module():
     """Tests kill engines with ray.kill, which leaves vLLM's shared memory (/dev/shm, ~0.2 GB each) behind: after
     each module, the segments it created that no live process maps are removed, so they do not add up to GBs of RAM
     over the suite (openrlhf_ada.utils.shm_leftovers)."""
-    import time
-
-    from openrlhf_ada.utils.shm_leftovers import mapped_segments, remove_orphans, segments
+    from openrlhf_ada.utils.shm_leftovers import remove_orphans, segments
 
     since = segments()
     yield
-    deadline = time.time() + 10  # killed engines' processes may still be exiting
+    _wait_until_unmapped(since, 10.0)  # killed engines' processes may still be exiting
+    remove_orphans(since)
+
+
+def _wait_until_unmapped(since, wait):
+    """Wait (at most `wait` s) until no live process maps a segment that appeared after `since`."""
+    import time
+
+    from openrlhf_ada.utils.shm_leftovers import mapped_segments, segments
+
+    deadline = time.time() + wait
     while any(p in mapped_segments([1]) for p in segments() - since) and time.time() < deadline:
         time.sleep(0.5)
-    remove_orphans(since)
