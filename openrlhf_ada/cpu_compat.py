@@ -26,7 +26,9 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
+import time
 import types
+from typing import Optional, Tuple
 
 EXT_NAME = "flash_attn_2_cuda"
 #: Ray ``runtime_env`` that installs the placeholder in every worker process.
@@ -96,7 +98,8 @@ def worker_setup_hook() -> None:
     """Ray ``worker_process_setup_hook``: runs :func:`install` in each Ray worker before it runs tasks, and the CPU
     mode's patches when the run is CPU-only (see below)."""
     install()
-    apply_cpu_patches()
+    if apply_cpu_patches():  # the CPU mode, first call in this process
+        release_stale_build_locks()
 
 
 # ====================================================================================================================
@@ -108,6 +111,9 @@ def worker_setup_hook() -> None:
 #   every Ray worker (actors, trainer, engines)   worker_setup_hook (Ray's worker_process_setup_hook)
 #   vLLM's EngineCore and Worker processes        vllm_plugin, a `vllm.general_plugins` entry point (setup.py):
 #                                                 they are started by the engine actor, out of reach of Ray's hook
+#
+# Besides the patches: DeepSpeed's CPU ops are built by the launcher before Ray starts, and a build lock a killed
+# process left is removed there and in every Ray worker (prepare_deepspeed_cpu_ops, release_stale_build_locks).
 # ====================================================================================================================
 
 CPU_ENV = "OPENRLHF_ADA_CPU"
@@ -444,3 +450,116 @@ def check_ray_resources(args) -> None:
             f"{need} bundles of {{'GPU': 1, 'CPU': 1}} (actor, reference, vLLM engines). On a CPU machine declare "
             f"logical GPUs when starting Ray: ray start --head --num-gpus {need} --num-cpus {need + 2}"
         )
+
+
+# -- DeepSpeed's CPU ops: built once, before Ray starts, never waited for forever ------------------------------------
+
+#: The ops DeepSpeed's CPU accelerator builds (JIT, torch.utils.cpp_extension.load) in every DeepSpeed actor: the
+#: shared-memory communicator (deepspeed/comm/torch.py L191) and the CPU FusedAdam (deepspeed/runtime/engine.py L2197).
+DEEPSPEED_CPU_OPS = {"ShareMemCommBuilder": "deepspeed_shm_comm", "FusedAdamBuilder": "fused_adam"}  # builder: op
+#: A build lock older than this, with no process working in its folder, is left by a killed process.
+STALE_LOCK_AGE = 60.0
+
+
+def _say(message: str) -> None:
+    print(message, flush=True)
+
+
+def _processes_working_in(directory: str) -> list:
+    """pids whose current directory is `directory` (torch runs ninja there, and ninja the compiler)."""
+    pids = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if entry.isdigit():
+            try:
+                if os.readlink(f"/proc/{entry}/cwd") == directory:
+                    pids.append(int(entry))
+            except OSError:  # gone meanwhile, or not ours to read
+                continue
+    return pids
+
+
+def build_lock_state(build_dir: str, now: Optional[float] = None) -> Tuple[str, float]:
+    """("none" | "building" | "stale" | "young", age in seconds) of the torch build lock in `build_dir`.
+
+    torch's JIT build (torch/utils/cpp_extension.py L2345-2400, `_jit_compile`) guards each op's folder with a bare
+    lock file (torch/utils/file_baton.py) that records no pid, takes it on every load (also when nothing needs
+    building) and has everyone else wait, silently and without end, until it is gone. A process killed while holding
+    it (Ctrl-C during the build, a Ray worker killed at start-up, a session that ended) leaves it: every later run's
+    actors then hang at start-up. A lock is "building" while a process works in the folder (ninja and the compiler),
+    "stale" once it is STALE_LOCK_AGE old with nobody there, "young" before that (a load that just took it)."""
+    lock = os.path.join(build_dir, "lock")
+    try:
+        age = (time.time() if now is None else now) - os.stat(lock).st_mtime
+    except FileNotFoundError:
+        return "none", 0.0
+    if _processes_working_in(os.path.realpath(build_dir)):
+        return "building", age
+    return ("stale" if age >= STALE_LOCK_AGE else "young"), age
+
+
+def release_stale_build_lock(build_dir: str, wait: bool, log=_say) -> bool:
+    """Remove `build_dir`'s lock if a killed process left it (see :func:`build_lock_state`); returns True if removed.
+    With `wait`, a young lock nobody works on is watched until it goes or turns stale, and a build in progress is
+    waited for, saying so; without, only a lock already stale is removed (Ray workers: never delay start-up)."""
+    said = False
+    while True:
+        state, age = build_lock_state(build_dir)
+        if state == "none":
+            return False
+        if state == "stale":
+            try:
+                os.unlink(os.path.join(build_dir, "lock"))
+            except FileNotFoundError:
+                return False
+            log(f"[openrlhf_ada] CPU mode: removed {os.path.join(build_dir, 'lock')}, a build lock {age:.0f} s old "
+                "that a killed process left (torch would wait for it forever)")
+            return True
+        if not wait:
+            return False
+        if not said:
+            log(f"[openrlhf_ada] CPU mode: waiting for {build_dir}: "
+                + ("another process is building it" if state == "building" else "its lock was just taken"))
+            said = True
+        time.sleep(1.0)
+
+
+def release_stale_build_locks(log=_say) -> list:
+    """Worker side (the setup hook): remove the stale build locks of DeepSpeed's CPU ops, waiting for nothing (and
+    importing no DeepSpeed: the hook runs in every worker, vLLM's included)."""
+    from torch.utils.cpp_extension import _get_build_directory
+
+    removed = []
+    for name in DEEPSPEED_CPU_OPS.values():
+        build_dir = _get_build_directory(name, False)
+        if release_stale_build_lock(build_dir, wait=False, log=log):
+            removed.append(build_dir)
+    return removed
+
+
+def prepare_deepspeed_cpu_ops(log=_say) -> None:
+    """Driver side, before Ray starts: free each op's folder of a stale lock (waiting out a build in progress), then
+    build the op here, once, with a line before and after, so that the actors find it built instead of building it
+    silently (about 40 s per op on 2 cores) and a missing compiler is an error now, not in an actor."""
+    from torch.utils.cpp_extension import _get_build_directory
+
+    from deepspeed.accelerator import get_accelerator
+
+    for builder_name, name in DEEPSPEED_CPU_OPS.items():
+        builder = get_accelerator().create_op_builder(builder_name)
+        if builder is None or builder.name != name:
+            raise RuntimeError(f"DeepSpeed's CPU accelerator has no {builder_name} building {name} any more: update "
+                               "openrlhf_ada.cpu_compat.DEEPSPEED_CPU_OPS")
+        build_dir = _get_build_directory(builder.name, False)
+        release_stale_build_lock(build_dir, wait=True, log=log)
+        built = os.path.exists(os.path.join(build_dir, f"{builder.name}.so"))
+        start = time.time()
+        if not built:
+            log(f"[openrlhf_ada] CPU mode: building DeepSpeed's {builder.name} op in {build_dir} (once; about a "
+                "minute on 2 cores)")
+        try:
+            builder.load(verbose=False)
+        except Exception as e:  # noqa: BLE001 - a compiler error, missing ninja, ...: say which op and where
+            raise RuntimeError(f"DeepSpeed's {builder.name} op (needed by the DeepSpeed actors on CPU) failed to build "
+                               f"in {build_dir}: {e}") from e
+        if not built:
+            log(f"[openrlhf_ada] CPU mode: {builder.name} built in {time.time() - start:.0f} s")

@@ -149,3 +149,79 @@ def test_a_ray_cluster_without_enough_gpus_is_an_error_not_a_wait(monkeypatch):
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 8.0, "GPU": 2.0})
     with pytest.raises(RuntimeError, match=r"offers 2 GPUs.*asks for 4 bundles.*ray start --head --num-gpus 4"):
         cpu_compat.check_ray_resources(args)
+
+
+# -- torch's build lock of DeepSpeed's CPU ops ------------------------------------------------------------------------
+
+
+def _lock(folder, age: float):
+    """A torch build lock in `folder` (as torch's FileBaton makes it: an empty file), `age` seconds old."""
+    import os
+    import time
+
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = folder / "lock"
+    lock.touch()
+    os.utime(lock, (time.time() - age, time.time() - age))
+    return lock
+
+
+def test_a_build_lock_nobody_works_on_is_stale_once_old_and_removed(tmp_path):
+    said = []
+    assert cpu_compat.build_lock_state(str(tmp_path)) == ("none", 0.0)
+    old = _lock(tmp_path / "op", cpu_compat.STALE_LOCK_AGE + 5)
+    state, age = cpu_compat.build_lock_state(str(tmp_path / "op"))
+    assert state == "stale" and age >= cpu_compat.STALE_LOCK_AGE + 5
+    assert cpu_compat.release_stale_build_lock(str(tmp_path / "op"), wait=False, log=said.append)
+    assert not old.exists()
+    assert len(said) == 1 and f"removed {old}" in said[0] and "a killed process left" in said[0]
+
+
+def test_a_young_lock_stays_for_the_worker_and_is_watched_until_stale_by_the_driver(tmp_path, monkeypatch):
+    import time
+
+    young = _lock(tmp_path / "op", 0)  # a load that has just taken it
+    assert cpu_compat.build_lock_state(str(tmp_path / "op"))[0] == "young"
+    assert not cpu_compat.release_stale_build_lock(str(tmp_path / "op"), wait=False, log=print)
+    assert young.exists()
+    monkeypatch.setattr(cpu_compat, "STALE_LOCK_AGE", 2.0)
+    said, start = [], time.time()
+    assert cpu_compat.release_stale_build_lock(str(tmp_path / "op"), wait=True, log=said.append)
+    assert time.time() - start >= 1.0 and not young.exists()
+    assert "its lock was just taken" in said[0] and "removed" in said[1]
+
+
+def test_a_lock_of_a_build_in_progress_is_never_removed_and_is_waited_for(tmp_path):
+    """A process working in the folder (as ninja and the compiler do) holds it, however old the lock: the worker
+    leaves it, the driver waits until the build releases it (here: 2 s, then the 'build' removes its lock)."""
+    import subprocess
+
+    folder = tmp_path / "op"
+    lock = _lock(folder, cpu_compat.STALE_LOCK_AGE + 600)
+    build = subprocess.Popen(["sh", "-c", "sleep 2; rm lock"], cwd=folder)
+    try:
+        assert cpu_compat.build_lock_state(str(folder))[0] == "building"
+        assert not cpu_compat.release_stale_build_lock(str(folder), wait=False, log=print) and lock.exists()
+        said = []
+        assert not cpu_compat.release_stale_build_lock(str(folder), wait=True, log=said.append)  # gone, not removed
+        assert said == [f"[openrlhf_ada] CPU mode: waiting for {folder}: another process is building it"]
+        assert build.wait(timeout=30) == 0  # the holder itself released it
+    finally:
+        build.kill()
+
+
+def test_the_worker_hook_side_looks_only_at_deepspeeds_cpu_op_folders(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    stale = [_lock(tmp_path / name, 3600) for name in cpu_compat.DEEPSPEED_CPU_OPS.values()]
+    other = _lock(tmp_path / "someone_elses_op", 3600)
+    removed = cpu_compat.release_stale_build_locks(log=lambda message: None)
+    assert sorted(removed) == sorted(str(lock.parent) for lock in stale)
+    assert not any(lock.exists() for lock in stale) and other.exists()
+
+
+def test_the_op_names_are_deepspeeds_own():
+    """The worker side names the folders without importing DeepSpeed: the names must be the builders' own."""
+    from deepspeed.accelerator import get_accelerator
+
+    for builder_name, name in cpu_compat.DEEPSPEED_CPU_OPS.items():
+        assert get_accelerator().create_op_builder(builder_name).name == name

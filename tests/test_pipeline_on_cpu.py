@@ -18,8 +18,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,8 +76,13 @@ def launch(module: str, flags: list, log_path: Path, env: dict | None = None, ti
     """One training run in a fresh interpreter, in the CPU mode; its whole output goes to log_path."""
     full_env = {**os.environ, "OPENRLHF_ADA_CPU": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
     with open(log_path, "w", encoding="utf-8") as log:
-        proc = subprocess.run([sys.executable, "-m", module, *flags], env=full_env, cwd=ROOT, stdout=log,
-                              stderr=subprocess.STDOUT, timeout=timeout)
+        try:
+            proc = subprocess.run([sys.executable, "-m", module, *flags], env=full_env, cwd=ROOT, stdout=log,
+                                  stderr=subprocess.STDOUT, timeout=timeout)
+        except subprocess.TimeoutExpired:  # say where it stood, not only that it took too long
+            log_text = log_path.read_text(encoding="utf-8", errors="replace")
+            pytest.fail(f"{module} still running after {timeout:.0f} s (killed); the end of its log:\n"
+                        + Run(-9, log_text).tail(), pytrace=False)
     return Run(proc.returncode, log_path.read_text(encoding="utf-8", errors="replace"))
 
 
@@ -142,12 +149,39 @@ def upstream_grpo_flags(model, data, out) -> list:
     ]
 
 
+def stale_build_locks(extensions_dir: Path) -> list:
+    """A torch extensions folder (TORCH_EXTENSIONS_DIR) holding DeepSpeed's CPU ops as this machine has them built
+    (copied, so that nothing is rebuilt; a machine without them builds them there), each with the build lock a killed
+    process leaves: an hour old, nobody working in the folder. Returns the lock paths."""
+    from torch.utils.cpp_extension import _get_build_directory
+
+    from openrlhf_ada.cpu_compat import DEEPSPEED_CPU_OPS
+
+    locks = []
+    for name in DEEPSPEED_CPU_OPS.values():
+        built, folder = Path(_get_build_directory(name, False)), extensions_dir / name
+        if (built / f"{name}.so").exists():
+            shutil.copytree(built, folder, ignore=shutil.ignore_patterns("lock"))
+        folder.mkdir(parents=True, exist_ok=True)
+        lock = folder / "lock"
+        lock.touch()
+        hour_ago = time.time() - 3600
+        os.utime(lock, (hour_ago, hour_ago))
+        locks.append(lock)
+    return locks
+
+
 def test_upstream_trainer_runs_on_cpu_with_a_real_weight_sync(tmp_path, tiny_llama_path, prompts_16):
     """Upstream's own trainer (no project class), GRPO, ZeRO-3, one vLLM engine, 16 prompts x 4 samples in batches
-    of 8 -> 2 steps; the CPU mode switches what cannot run on CPU and says so."""
+    of 8 -> 2 steps; the CPU mode switches what cannot run on CPU and says so. DeepSpeed's op folders hold the build
+    locks a killed run leaves (torch waits for them forever: every pipeline test of one CI run hung on one): the
+    launcher removes them, says so, and the run goes on."""
+    locks = stale_build_locks(tmp_path / "torch_extensions")
     run = launch("openrlhf_ada.cli.train_ppo_ray_upstream", upstream_grpo_flags(tiny_llama_path, prompts_16, tmp_path),
-                 tmp_path / "run.log")
+                 tmp_path / "run.log", env={"TORCH_EXTENSIONS_DIR": str(tmp_path / "torch_extensions")})
     assert_ok(run)
+    for lock in locks:
+        assert f"removed {lock}, a build lock" in run.log
     assert "CPU mode: --vllm.sync_backend nccl -> gloo" in run.log
     assert "CPU mode: --ds.attn_implementation flash_attention_2 -> eager" in run.log
     scalars = tensorboard_scalars(tmp_path / "tb")

@@ -172,6 +172,8 @@ def main(
                 raise _Parsed(final_args)
             if not upstream_only:
                 install_trainers()
+            if cpu:
+                cpu_compat.prepare_deepspeed_cpu_ops()
             reward_timeout = getattr(getattr(final_args, "fault", None), "reward_timeout", None)
             _wrap_ray_init({"OPENRLHF_ADA_REWARD_TIMEOUT": str(reward_timeout)} if reward_timeout else {}, final_args)
             return upstream_train(final_args)
