@@ -540,9 +540,8 @@ def prepare_deepspeed_cpu_ops(log=_say) -> None:
     """Driver side, before Ray starts: free each op's folder of a stale lock (waiting out a build in progress), then
     build the op here, once, with a line before and after, so that the actors find it built instead of building it
     silently (about 40 s per op on 2 cores) and a missing compiler is an error now, not in an actor."""
-    from torch.utils.cpp_extension import _get_build_directory
-
     from deepspeed.accelerator import get_accelerator
+    from torch.utils.cpp_extension import _get_build_directory
 
     for builder_name, name in DEEPSPEED_CPU_OPS.items():
         builder = get_accelerator().create_op_builder(builder_name)

@@ -171,17 +171,20 @@ def stale_build_locks(extensions_dir: Path) -> list:
     return locks
 
 
-def test_upstream_trainer_runs_on_cpu_with_a_real_weight_sync(tmp_path, tiny_llama_path, prompts_16):
+def test_upstream_trainer_runs_on_cpu_with_a_real_weight_sync(tmp_path, tiny_llama_path, prompts_16, shm_segments_left):
     """Upstream's own trainer (no project class), GRPO, ZeRO-3, one vLLM engine, 16 prompts x 4 samples in batches
     of 8 -> 2 steps; the CPU mode switches what cannot run on CPU and says so. DeepSpeed's op folders hold the build
     locks a killed run leaves (torch waits for them forever: every pipeline test of one CI run hung on one): the
-    launcher removes them, says so, and the run goes on."""
+    launcher removes them, says so, and the run goes on. The Ray it started ends with it, and the vLLM engine's
+    shared memory with that."""
     locks = stale_build_locks(tmp_path / "torch_extensions")
+    since = shm_segments_left()
     run = launch("openrlhf_ada.cli.train_ppo_ray_upstream", upstream_grpo_flags(tiny_llama_path, prompts_16, tmp_path),
                  tmp_path / "run.log", env={"TORCH_EXTENSIONS_DIR": str(tmp_path / "torch_extensions")})
     assert_ok(run)
     for lock in locks:
         assert f"removed {lock}, a build lock" in run.log
+    assert shm_segments_left(since) == [] and "shared-memory segment(s) the vLLM engines left" in run.log
     assert "CPU mode: --vllm.sync_backend nccl -> gloo" in run.log
     assert "CPU mode: --ds.attn_implementation flash_attention_2 -> eager" in run.log
     scalars = tensorboard_scalars(tmp_path / "tb")

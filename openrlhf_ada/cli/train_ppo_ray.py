@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import runpy
 import sys
 from typing import Callable, Optional
@@ -85,6 +86,25 @@ def _wrap_ray_init(env_vars: dict, args=None) -> None:
 
     init._openrlhf_ada = True
     ray.init = init
+
+
+def _shutdown_own_ray() -> None:
+    """After upstream's train(), also when it fails: shut Ray down here, and unlink the shared-memory segments
+    (/dev/shm/psm_*, 160 MB or more each) that the vLLM engine processes under this process map, since Ray kills
+    them with SIGKILL and they leave them behind (openrlhf_ada.utils.shm_leftovers). Only a Ray this process
+    started has its workers under this process: on a cluster it joined, nothing is found and nothing removed."""
+    import ray
+
+    from openrlhf_ada.utils.shm_leftovers import mapped_segments, remove_segments
+
+    if not ray.is_initialized():
+        return
+    held = mapped_segments([os.getpid()])
+    ray.shutdown()
+    removed = remove_segments(held)
+    if removed:
+        print(f"[openrlhf_ada] removed {len(removed)} shared-memory segment(s) the vLLM engines left in /dev/shm",
+              flush=True)
 
 
 def _fail(prog: str, message: str) -> None:
@@ -176,7 +196,10 @@ def main(
                 cpu_compat.prepare_deepspeed_cpu_ops()
             reward_timeout = getattr(getattr(final_args, "fault", None), "reward_timeout", None)
             _wrap_ray_init({"OPENRLHF_ADA_REWARD_TIMEOUT": str(reward_timeout)} if reward_timeout else {}, final_args)
-            return upstream_train(final_args)
+            try:
+                return upstream_train(final_args)
+            finally:
+                _shutdown_own_ray()
 
         launcher_globals["train"] = train
         return args

@@ -7,6 +7,7 @@ process imports openrlhf_ada and runs these subclasses wherever it is scheduled.
 """
 
 import os
+import time
 
 import ray
 from openrlhf.trainer.ppo_trainer import PPOTrainer
@@ -63,7 +64,16 @@ class AdaTrainerMixin:
 
     def broadcast_to_vllm(self) -> None:
         self._stop_on_lost_engines()  # an engine may also die while the step trains
-        super().broadcast_to_vllm()
+        try:
+            super().broadcast_to_vllm()
+        except Exception as failure:  # an engine that died during the sync: say which, and where to resume
+            for _ in range(5):  # its death may take a moment to show (the gloo peer closes first)
+                _, lost = probe_engines(self._sync_engines, timeout=60)
+                if lost:
+                    raise RuntimeError(f"lost {'; '.join(lost)} during the weight sync. Last checkpoint: "
+                                       f"{resume_hint(self.args)}") from failure
+                time.sleep(2.0)
+            raise
 
     def train_step(self, rollout_samples, global_step: int):
         self._stop_on_lost_engines()
