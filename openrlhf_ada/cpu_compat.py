@@ -99,6 +99,7 @@ def worker_setup_hook() -> None:
     mode's patches when the run is CPU-only (see below)."""
     install()
     if apply_cpu_patches():  # the CPU mode, first call in this process
+        use_environment_ninja()
         release_stale_build_locks()
 
 
@@ -112,8 +113,9 @@ def worker_setup_hook() -> None:
 #   vLLM's EngineCore and Worker processes        vllm_plugin, a `vllm.general_plugins` entry point (setup.py):
 #                                                 they are started by the engine actor, out of reach of Ray's hook
 #
-# Besides the patches: DeepSpeed's CPU ops are built by the launcher before Ray starts, and a build lock a killed
-# process left is removed there and in every Ray worker (prepare_deepspeed_cpu_ops, release_stale_build_locks).
+# Besides the patches: DeepSpeed's CPU ops are built by the launcher before Ray starts, always with this
+# environment's ninja, and a build lock a killed process left is removed there and in every Ray worker
+# (prepare_deepspeed_cpu_ops, use_environment_ninja, release_stale_build_locks).
 # ====================================================================================================================
 
 CPU_ENV = "OPENRLHF_ADA_CPU"
@@ -523,6 +525,23 @@ def release_stale_build_lock(build_dir: str, wait: bool, log=_say) -> bool:
         time.sleep(1.0)
 
 
+def use_environment_ninja() -> Optional[str]:
+    """Put this Python environment's bin folder first on PATH when it holds a ninja (the `ninja` package DeepSpeed
+    requires); returns that ninja, or None (PATH unchanged). torch builds and loads DeepSpeed's CPU ops by running
+    whatever `ninja` PATH finds (torch/utils/cpp_extension.py L2860, `command = ['ninja', '-v']`), even when the op
+    is built. A machine can have two: this environment's (1.13 here, build log v7) and the system's (1.11, log v5).
+    Each reads the other's build log as "command line changed" and rebuilds both ops, silently, about 90 s on 2
+    cores: every time a run found the other one first (a direct launch after a `ray job submit` job, whose PATH starts
+    with the environment's bin), and three times per test-suite run. One ninja for every process ends that."""
+    bindir = os.path.dirname(sys.executable)
+    if not os.access(os.path.join(bindir, "ninja"), os.X_OK):
+        return None
+    path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p]
+    if path[:1] != [bindir]:
+        os.environ["PATH"] = os.pathsep.join([bindir] + [p for p in path if p != bindir])
+    return os.path.join(bindir, "ninja")
+
+
 def release_stale_build_locks(log=_say) -> list:
     """Worker side (the setup hook): remove the stale build locks of DeepSpeed's CPU ops, waiting for nothing (and
     importing no DeepSpeed: the hook runs in every worker, vLLM's included)."""
@@ -543,6 +562,7 @@ def prepare_deepspeed_cpu_ops(log=_say) -> None:
     from deepspeed.accelerator import get_accelerator
     from torch.utils.cpp_extension import _get_build_directory
 
+    use_environment_ninja()  # before Ray starts: the workers inherit this PATH
     for builder_name, name in DEEPSPEED_CPU_OPS.items():
         builder = get_accelerator().create_op_builder(builder_name)
         if builder is None or builder.name != name:
@@ -560,5 +580,9 @@ def prepare_deepspeed_cpu_ops(log=_say) -> None:
         except Exception as e:  # noqa: BLE001 - a compiler error, missing ninja, ...: say which op and where
             raise RuntimeError(f"DeepSpeed's {builder.name} op (needed by the DeepSpeed actors on CPU) failed to build "
                                f"in {build_dir}: {e}") from e
+        took = time.time() - start
         if not built:
-            log(f"[openrlhf_ada] CPU mode: {builder.name} built in {time.time() - start:.0f} s")
+            log(f"[openrlhf_ada] CPU mode: {builder.name} built in {took:.0f} s")
+        elif took > 10:  # ninja found the build out of date (sources, flags or another ninja's log)
+            log(f"[openrlhf_ada] CPU mode: {builder.name} rebuilt in {took:.0f} s in {build_dir} (its sources or "
+                "build command changed since the last build)")

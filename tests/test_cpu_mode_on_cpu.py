@@ -4,6 +4,8 @@ tests/test_pipeline_on_cpu.py; these are the fast checks, in fresh interpreters 
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -225,3 +227,53 @@ def test_the_op_names_are_deepspeeds_own():
 
     for builder_name, name in cpu_compat.DEEPSPEED_CPU_OPS.items():
         assert get_accelerator().create_op_builder(builder_name).name == name
+
+
+# -- which ninja builds them ------------------------------------------------------------------------------------------
+
+ENV_BIN = os.path.dirname(sys.executable)
+
+
+def test_two_ninjas_rebuild_each_others_builds(tmp_path):
+    """Why the CPU mode picks one ninja: this environment's (the `ninja` package) and the system's read each other's
+    build log as out of date and build again: with DeepSpeed's two ops, about 90 s on 2 cores, silently."""
+    env_ninja = os.path.join(ENV_BIN, "ninja")
+    system = shutil.which("ninja", path=os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
+                                                         if os.path.realpath(p) != os.path.realpath(ENV_BIN)))
+    if system is None:
+        pytest.skip("no system ninja on this machine: nothing to mix up")
+    version = {n: subprocess.run([n, "--version"], capture_output=True, text=True).stdout.strip()
+               for n in (system, env_ninja)}
+    if version[system].split(".")[:2] == version[env_ninja].split(".")[:2]:
+        pytest.skip(f"both ninjas are {version[system]}")
+    (tmp_path / "build.ninja").write_text("rule cp\n  command = cp $in $out\nbuild out: cp in\n")
+    (tmp_path / "in").write_text("x")
+
+    def build(ninja: str) -> bool:
+        """True if `ninja` ran the rule, False if it found the output up to date."""
+        out = subprocess.run([ninja], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+        assert ("no work to do" in out) != ("cp in out" in out), out
+        return "cp in out" in out
+
+    assert build(system) and not build(system)  # the same ninja: built once, then up to date
+    assert build(env_ninja) and not build(env_ninja)  # the other one builds it again
+    assert build(system)  # and back
+
+
+def test_the_environment_s_ninja_comes_first_on_path(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", os.pathsep.join(["/usr/bin", ENV_BIN, "/bin"]))
+    assert cpu_compat.use_environment_ninja() == os.path.join(ENV_BIN, "ninja")
+    assert os.environ["PATH"].split(os.pathsep) == [ENV_BIN, "/usr/bin", "/bin"]
+    assert shutil.which("ninja") == os.path.join(ENV_BIN, "ninja")
+    cpu_compat.use_environment_ninja()  # a second call changes nothing
+    assert os.environ["PATH"].split(os.pathsep) == [ENV_BIN, "/usr/bin", "/bin"]
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))  # an interpreter without a ninja beside it
+    assert cpu_compat.use_environment_ninja() is None and os.environ["PATH"].split(os.pathsep)[0] == ENV_BIN
+
+
+def test_every_ray_worker_in_the_cpu_mode_finds_the_environment_s_ninja():
+    """The setup hook (every Ray worker) in a fresh interpreter whose PATH starts with the system folders."""
+    code = "import shutil; from openrlhf_ada import cpu_compat; cpu_compat.worker_setup_hook(); print(shutil.which('ninja'))"
+    env = {**os.environ, "OPENRLHF_ADA_CPU": "1", "PATH": os.pathsep.join(["/usr/bin", "/bin", ENV_BIN])}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == os.path.join(ENV_BIN, "ninja")

@@ -261,14 +261,19 @@ def test_launcher_adora_reinforce_ada_zero3_two_ranks_colocated_and_resumed(tmp_
     assert sync_is_real({r["step"]: r["vllm_kl"] for r in rows[2:]})
 
 
-def test_async_training_with_adora_and_reinforce_ada(tmp_path, tiny_llama_path, scripted_reward):
+def test_async_training_with_adora_and_reinforce_ada_cancelling(tmp_path, tiny_llama_path, scripted_reward):
     """--train.async_enable: generation and training in separate actors, samples through a Ray queue; keep mode,
-    so each step trains exactly rollout.batch_size x n samples."""
+    so each step trains exactly rollout.batch_size x n samples. With --ada.cancel (issue 13) and rounds of 8: each
+    prompt's scripted outcomes 1, 0, 1, 0, ... meet the balance rule (2 + 2 for n = 4) after 4 scored samples, so
+    the rest of its round is cancelled inside the engine actor or, if already finished, discarded: the cluster
+    path carries the flag to the engines and the counts to the metrics. (Here a round's 8 requests of 16 tokens
+    finish together, so they are discarded, 31-32 a step; the abort of running requests is shown on a real engine
+    in tests/test_cancel_history_on_cpu.py.)"""
     data = write_prompts(tmp_path / "prompts.jsonl", 16)
     flags = common_flags(tiny_llama_path, data, tmp_path, reward=scripted_reward) + [
         "--algo.advantage.estimator", "dr_grpo", "--algo.kl.init_coef", "0", "--train.async_enable",
         "--actor.num_gpus_per_node", "1", "--vllm.num_engines", "1",
-        "--adora.enable", "--ada.enable", "--ada.round_size", "4", "--ada.max_rounds", "3",
+        "--adora.enable", "--ada.enable", "--ada.round_size", "8", "--ada.max_rounds", "3", "--ada.cancel",
     ]
     run = launch("openrlhf_ada.cli.train_ppo_ray", flags, tmp_path / "run.log")
     assert_ok(run)
@@ -277,6 +282,9 @@ def test_async_training_with_adora_and_reinforce_ada(tmp_path, tiny_llama_path, 
     assert [r["rollout/num_samples"] for r in rows] == [32, 32]
     for row in rows:
         assert not [k for k in ADA_KEYS + ADORA_KEYS if row.get(k) is None], row["step"]
+        # 8 prompts x 8 requests started (all resolve in round 1), of which at least 4 per prompt entered its pool
+        not_admitted = row["ada_cancelled_requests"] + row["ada_discarded_samples"]
+        assert row["ada_samples_generated"] == 8 * 8 and 0 < not_admitted <= 8 * 4, row
 
 
 def test_a_dead_engine_stops_the_run_with_where_to_resume(tmp_path, tiny_llama_path, scripted_reward):
