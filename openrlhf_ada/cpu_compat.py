@@ -536,9 +536,8 @@ def use_environment_ninja() -> Optional[str]:
     bindir = os.path.dirname(sys.executable)
     if not os.access(os.path.join(bindir, "ninja"), os.X_OK):
         return None
-    path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p]
-    if path[:1] != [bindir]:
-        os.environ["PATH"] = os.pathsep.join([bindir] + [p for p in path if p != bindir])
+    rest = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and p != bindir]
+    os.environ["PATH"] = os.pathsep.join([bindir, *rest])
     return os.path.join(bindir, "ninja")
 
 
