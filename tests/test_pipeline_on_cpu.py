@@ -29,7 +29,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY_REWARD = "openrlhf_ada/rewards/toy.py"
-SYNC_KL_LIMIT = 1e-3  # bf16 rounding gives ~2e-4 after a real sync; a broken one gives NaN or >> 0.01
+SYNC_KL_LIMIT = 1e-3  # bf16 rounding gives |vllm_kl| ~2e-4 after a real sync; a broken one gives NaN or >> 0.01
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -117,9 +117,13 @@ def tensorboard_scalars(log_dir: Path) -> dict:
 
 
 def sync_is_real(vllm_kl_per_step: dict) -> bool:
-    """The weight-sync check: vLLM's rollout log-probs match the actor's at every step (near-zero vllm_kl)."""
+    """The weight-sync check: vLLM's rollout log-probs match the actor's at every step (near-zero vllm_kl).
+
+    Upstream's `vllm_kl` is the signed mean of (rollout - actor) log-probs over the action tokens (models/loss.py),
+    not a true KL: after a real sync bf16 rounding leaves it a little either side of zero (-2.5e-5 was seen at step 1
+    in a CI run), so the check bounds its magnitude."""
     values = list(vllm_kl_per_step.values())
-    return bool(values) and all(v is not None and math.isfinite(v) and 0 <= v <= SYNC_KL_LIMIT for v in values)
+    return bool(values) and all(v is not None and math.isfinite(v) and abs(v) <= SYNC_KL_LIMIT for v in values)
 
 
 def assert_ok(run: Run) -> None:
