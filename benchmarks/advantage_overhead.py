@@ -40,7 +40,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-import openrlhf_ada  # noqa: E402, F401  (CPU compatibility: must come before anything imports openrlhf)
+from openrlhf_ada.cpu_compat import use_cpu_mode_without_cuda  # noqa: E402
+
+use_cpu_mode_without_cuda()  # before anything imports openrlhf: on a machine without CUDA, the CPU mode
 
 # isort: split
 from openrlhf.trainer.ppo_utils.experience import Experience  # noqa: E402

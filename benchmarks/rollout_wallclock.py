@@ -98,9 +98,11 @@ def run_benchmark(prompts: int, repeats: int, seed: int) -> dict:
     import ray
     from transformers import AutoTokenizer
 
-    import openrlhf_ada  # noqa: F401
-    from openrlhf_ada.cpu_compat import RAY_RUNTIME_ENV
+    from openrlhf_ada.cpu_compat import RAY_RUNTIME_ENV, use_cpu_mode_without_cuda
+
+    use_cpu_mode_without_cuda()  # before anything imports openrlhf
     from openrlhf_ada.trainer.ray.vllm_engine import AdaRolloutRayActor
+    from openrlhf_ada.utils.kv_cache import engine_kwargs
     from openrlhf_ada.utils.tiny_llama import build_tiny_llama
 
     work = tempfile.mkdtemp(prefix="rollout_wallclock_")
@@ -112,7 +114,7 @@ def run_benchmark(prompts: int, repeats: int, seed: int) -> dict:
     try:
         engine = AdaRolloutRayActor.options(num_cpus=1, num_gpus=0).remote(
             model=model, dtype="float32", enforce_eager=True, num_gpus=0, seed=seed, remote_rm_url=[reward],
-            gpu_memory_utilization=0.1, max_model_len=256, distributed_executor_backend="uni")
+            **engine_kwargs(model, 256, 64), max_model_len=256, distributed_executor_backend="uni")
         tokenizer = AutoTokenizer.from_pretrained(model)
         settings = {
             "GRPO n=4": [],

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from typing import Optional
 
 from openrlhf_ada.algorithms._checks import check_finite
 from openrlhf_ada.algorithms.adora import VARIANTS, AdoraConfig, load_weight_func
@@ -96,8 +97,21 @@ def add_project_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                         "upstream's policy (180 s per request, 5 tries)")
     g.add_argument("--fault.max_failed_share", type=float, default=0.5,
                    help="Stop the run when more than this share of a step's samples got no usable reward")
-    g.add_argument("--fault.engine_timeout", type=float, default=900.0,
-                   help="Seconds without any rollout coming back before the step fails (engines hung)")
+    g.add_argument("--fault.engine_timeout", type=float, default=None,
+                   help="Seconds without progress before a training step fails (engines hung). Progress is a token "
+                        "generated on any engine or a rollout coming back; engines that do not report tokens "
+                        "(vLLM without statistics, the hf engine) show only finished requests. Default: derived, "
+                        f"{ENGINE_TIMEOUT_FLOOR:.0f} s while every engine reports tokens, otherwise max("
+                        f"{ENGINE_TIMEOUT_FLOOR:.0f}, L / {SLOW_DECODE_TOKENS_PER_S:.0f}) s for L = "
+                        "--rollout.max_new_tokens (--data.max_len when unset): one whole request at "
+                        f"{SLOW_DECODE_TOKENS_PER_S:.0f} tokens/s")
+
+    g = parser.add_argument_group("CPU mode (openrlhf-ada, OPENRLHF_ADA_CPU=1 on a machine without CUDA)")
+    g.add_argument("--cpu.kv_cache_gb", type=float, default=0.0,
+                   help="Each vLLM engine's KV cache in GiB (0: computed from the model's layers, KV heads, head "
+                        "size, bf16, --data.max_len and the sequences a step sends each engine, and logged; requests "
+                        "beyond it queue). On CPU it replaces --vllm.gpu_memory_utilization, which vLLM would apply "
+                        "to the memory node's RAM. Ignored on a GPU")
     return parser
 
 
@@ -131,26 +145,57 @@ def ada_config(args) -> AdaConfig:
     )
 
 
+ENGINE_TIMEOUT_FLOOR = 900.0  # seconds: the derived --fault.engine_timeout never goes below this
+SLOW_DECODE_TOKENS_PER_S = 10.0  # the slow decode rate one whole request must be allowed to run at
+
+
 @dataclass(frozen=True)
 class FaultConfig:
+    """What a run survives and when it gives up.
+
+    `engine_timeout`: seconds a training step may go without progress before it fails (the stall watchdog of the
+    samples generator). None derives it from `max_new_tokens` (the longest response a request may generate:
+    --rollout.max_new_tokens, or --data.max_len when unset) through `engine_timeout_for`:
+    - every engine reports the tokens it generates: ENGINE_TIMEOUT_FLOOR (900 s). Progress is then any token, so
+      the timeout measures silence, whatever the response length; 900 s covers what legitimately generates no
+      token (a step's rewards: --fault.reward_timeout is 60 s per call) with a wide margin;
+    - otherwise only a finished request (a round of a prompt coming back) shows progress, so the timeout must
+      cover one whole request: max(ENGINE_TIMEOUT_FLOOR, max_new_tokens / SLOW_DECODE_TOKENS_PER_S), i.e. a
+      request decoding at 10 tokens/s, a pessimistic rate for one sequence of a busy engine whose KV cache
+      preempts (a 32k-token chain of thought then gets 3277 s; 9000 tokens or fewer keep 900 s).
+    An explicit value is used as it is in both cases.
+    """
+
     reward_timeout: float = 60.0
     max_failed_share: float = 0.5
-    engine_timeout: float = 900.0
+    engine_timeout: Optional[float] = None
+    max_new_tokens: Optional[int] = None
 
     def __post_init__(self):
         check_finite("fault.reward_timeout", self.reward_timeout, minimum=0.001)
-        check_finite("fault.engine_timeout", self.engine_timeout, minimum=0.001)
+        if self.engine_timeout is not None:
+            check_finite("fault.engine_timeout", self.engine_timeout, minimum=0.001)
         check_finite("fault.max_failed_share", self.max_failed_share, minimum=0.0)
         if self.max_failed_share > 1:
             raise ValueError(f"fault.max_failed_share={self.max_failed_share} is invalid; accepted values: 0 to 1")
 
+    def engine_timeout_for(self, token_progress: bool) -> float:
+        """The stall timeout in seconds: `engine_timeout` when set, else derived (class docstring);
+        `token_progress`: every engine reports its generated tokens."""
+        if self.engine_timeout is not None:
+            return float(self.engine_timeout)
+        if token_progress or not self.max_new_tokens:
+            return ENGINE_TIMEOUT_FLOOR
+        return max(ENGINE_TIMEOUT_FLOOR, self.max_new_tokens / SLOW_DECODE_TOKENS_PER_S)
+
 
 def fault_config(args) -> FaultConfig:
     f = _get(args, "fault")
+    max_new = _get(args, "rollout.max_new_tokens") or _get(args, "data.max_len")
     if f is None:
-        return FaultConfig()
+        return FaultConfig(max_new_tokens=max_new)
     return FaultConfig(reward_timeout=f.reward_timeout, max_failed_share=f.max_failed_share,
-                       engine_timeout=f.engine_timeout)
+                       engine_timeout=getattr(f, "engine_timeout", None), max_new_tokens=max_new)
 
 
 def validate_sizes(args) -> None:
@@ -219,6 +264,9 @@ def validate_cancel_and_history(args) -> None:
 def validate(args) -> None:
     """Check the project's flags against each other and against upstream's; raise ValueError (what, how to fix)."""
     validate_sizes(args)
+    kv_cache_gb = _get(args, "cpu.kv_cache_gb", 0.0)
+    if not kv_cache_gb >= 0 or kv_cache_gb == float("inf"):
+        raise ValueError(f"--cpu.kv_cache_gb={kv_cache_gb}: must be a finite number >= 0 (0: computed)")
     check_reward_url(_get(args, "reward.remote_url"), _get(args, "train.agent_func_path"))
     try:
         fault_config(args)

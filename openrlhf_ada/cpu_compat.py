@@ -1,18 +1,24 @@
-"""Everything that lets OpenRLHF run on a machine without CUDA, in one place.
+"""Everything that lets OpenRLHF run on a machine without CUDA, in one place, and only there.
+
+Nothing here acts unless the run is CPU-only: ``OPENRLHF_ADA_CPU=1`` is set AND torch sees no CUDA device
+(:func:`cpu_mode_active`). A GPU node never gets any of it, even with the variable set; without the variable,
+importing this module does not even import torch. Entry points made for a machine without a GPU (train_local, the
+demo, the benchmarks, the tests) turn the CPU mode on themselves when torch sees no CUDA device
+(:func:`use_cpu_mode_without_cuda`); the cluster launcher leaves it to the user (``OPENRLHF_ADA_CPU=1``).
 
 Two layers:
 
-1. Imports (always, wherever the compiled flash-attn extension is missing): :func:`install`, below.
-2. The CPU mode (only when ``OPENRLHF_ADA_CPU=1`` is set AND torch sees no CUDA): :func:`apply_cpu_patches` and
-   :func:`adjust_args_for_cpu`, further down. They let upstream's whole Ray pipeline (DeepSpeed ZeRO-3 actors, vLLM
-   engines, weight sync) run on CPU. A GPU node never gets them, even with the variable set.
-
-Layer 1. Why: ``openrlhf.models`` imports ``flash_attn`` at module level, and the ``flash_attn`` package imports its compiled
-CUDA extension ``flash_attn_2_cuda`` at import time. On the CPU stack (see the project spec, "The CPU stack")
-flash-attn is installed python-only, so that import fails and with it ``openrlhf.models``, the trainers and the
-vLLM engine module. :func:`install` registers a placeholder module under that name, only when the real extension
-cannot be imported. Nothing on the CPU path calls into it; if something does, it gets a clear error instead of a
-mysterious ``ModuleNotFoundError``.
+1. Imports: :func:`install`, below. ``openrlhf.models`` imports ``flash_attn`` at module level, and the
+   ``flash_attn`` package imports its compiled CUDA extension ``flash_attn_2_cuda`` at import time. On the CPU stack
+   (see the project spec, "The CPU stack") flash-attn is installed python-only: there is no such extension file, so
+   that import fails and with it ``openrlhf.models``, the trainers and the vLLM engine module. In the CPU mode,
+   :func:`install` registers a placeholder module under that name, only when no extension file of that name exists.
+   It never imports the extension itself: a real CUDA build loads only once torch has loaded libtorch (flash-attn's
+   own ``flash_attn_interface.py`` imports torch first for that reason), and an extension that is there but cannot
+   load (an ABI mismatch) must fail as itself. Nothing on the CPU path calls into the placeholder; if something does,
+   it gets a clear error instead of a mysterious ``ModuleNotFoundError``.
+2. The CPU mode's patches: :func:`apply_cpu_patches` and :func:`adjust_args_for_cpu`, further down. They let
+   upstream's whole Ray pipeline (DeepSpeed ZeRO-3 actors, vLLM engines, weight sync) run on CPU.
 
 Ray workers import modules fresh, so patches made in the driver do not reach them: start Ray with
 ``runtime_env={"worker_process_setup_hook": "openrlhf_ada.cpu_compat.worker_setup_hook"}`` (see :data:`RAY_RUNTIME_ENV`).
@@ -66,16 +72,14 @@ class _MissingCudaExtension(types.ModuleType):
         return _needs_cuda
 
 
-def _real_extension_importable() -> bool:
-    """True if the compiled ``flash_attn_2_cuda`` (or an already registered stand-in) can be imported."""
+def _extension_on_disk() -> bool:
+    """True if an importable file named ``flash_attn_2_cuda`` exists (a compiled flash-attn), whether or not it can
+    load; found without importing it."""
+    if is_placeholder_installed():
+        return False
     if sys.modules.get(EXT_NAME) is not None:
         return True
-    try:
-        importlib.import_module(EXT_NAME)
-    except ImportError:  # ModuleNotFoundError, or a CUDA extension that cannot load (missing libcudart, ...)
-        sys.modules.pop(EXT_NAME, None)
-        return False
-    return True
+    return importlib.util.find_spec(EXT_NAME) is not None
 
 
 def is_placeholder_installed() -> bool:
@@ -84,13 +88,27 @@ def is_placeholder_installed() -> bool:
 
 
 def install() -> bool:
-    """Register the ``flash_attn_2_cuda`` placeholder unless the real extension imports. Idempotent.
-
-    Returns True if the placeholder is (now or already) in place, False if the real extension is used.
-    """
-    if _real_extension_importable():
-        return is_placeholder_installed()
+    """In the CPU mode, register the ``flash_attn_2_cuda`` placeholder unless an extension of that name is on disk.
+    Idempotent. Returns True if the placeholder is (now or already) in place, False otherwise (not the CPU mode, or
+    a real extension, which flash-attn imports itself)."""
+    if is_placeholder_installed():
+        return True
+    if not cpu_mode_active() or _extension_on_disk():
+        return False
     sys.modules[EXT_NAME] = _MissingCudaExtension(EXT_NAME)
+    return True
+
+
+def use_cpu_mode_without_cuda() -> bool:
+    """For entry points made for a machine without a GPU: turn the CPU mode on (for this process and what it starts)
+    when torch sees no CUDA device, and install the placeholder. Returns True if the CPU mode is on; on a machine
+    with CUDA it changes nothing."""
+    import torch
+
+    if torch.cuda.is_available():
+        return False
+    os.environ[CPU_ENV] = "1"
+    install()
     return True
 
 
@@ -110,7 +128,7 @@ def worker_setup_hook() -> None:
 #   where it runs                                 how it gets there
 #   the launcher's process (the Ray driver)       openrlhf_ada.cli.train_ppo_ray / cpu_run call apply_cpu_patches()
 #   every Ray worker (actors, trainer, engines)   worker_setup_hook (Ray's worker_process_setup_hook)
-#   vLLM's EngineCore and Worker processes        vllm_plugin, a `vllm.general_plugins` entry point (setup.py):
+#   vLLM's EngineCore and Worker processes        openrlhf_ada/vllm_plugin.py, a `vllm.general_plugins` entry point:
 #                                                 they are started by the engine actor, out of reach of Ray's hook
 #
 # Besides the patches: DeepSpeed's CPU ops are built by the launcher before Ray starts, always with this
@@ -160,13 +178,13 @@ class _AfterImportFinder(importlib.abc.MetaPathFinder):
     """Finds nothing itself; for a module with a pending patch it asks the other finders and wraps the loader."""
 
     def find_spec(self, fullname, path, target=None):
-        patch = _after_import_patches.pop(fullname, None)
-        if patch is None:
+        patches = _after_import_patches.pop(fullname, None)
+        if not patches:
             return None
         spec = importlib.util.find_spec(fullname)  # the real finders (this one no longer knows the name)
         if spec is None or spec.loader is None:
             return spec
-        spec.loader = _PatchAfterExec(spec.loader, patch)
+        spec.loader = _PatchAfterExec(spec.loader, lambda module: [patch(module) for patch in patches])
         return spec
 
 
@@ -180,7 +198,7 @@ def _after_import(module_name: str, patch) -> None:
     if module is not None:
         patch(module)
         return
-    _after_import_patches[module_name] = patch
+    _after_import_patches.setdefault(module_name, []).append(patch)
     if _finder not in sys.meta_path:
         sys.meta_path.insert(0, _finder)
 
@@ -316,10 +334,33 @@ def _patch_vllm_sleep_mode() -> None:
     _after_import("vllm.platforms.cpu", patch)
 
 
+def _patch_vllm_kv_cache_size() -> None:
+    """vllm/v1/worker/cpu_worker.py L200-255 sizes the KV cache as ``gpu_memory_utilization`` x the memory node's
+    total RAM minus the engine's own: a size that depends on the machine (openrlhf_ada/utils/kv_cache.py), and
+    negative on a small node. The engines upstream's ``create_vllm_engines`` starts take no size argument, so the
+    launcher puts the size it computed in OPENRLHF_ADA_KV_CACHE_BYTES, and every engine configuration on CPU that
+    has none gets it here, before vllm/platforms/cpu.py L198 (``check_and_update_config``) reads it."""
+    from openrlhf_ada.utils.kv_cache import kv_cache_bytes_from_env
+
+    def patch(module):
+        original = module.CpuPlatform.check_and_update_config.__func__
+
+        def check_and_update_config(cls, vllm_config):
+            size = kv_cache_bytes_from_env()
+            if size and vllm_config.cache_config.kv_cache_memory_bytes is None:
+                vllm_config.cache_config.kv_cache_memory_bytes = size
+            return original(cls, vllm_config)
+
+        module.CpuPlatform.check_and_update_config = classmethod(check_and_update_config)
+
+    _after_import("vllm.platforms.cpu", patch)
+
+
 #: driver and Ray workers: everything; vLLM's own processes: only what runs there (torch.cuda stays untouched).
 _PROCESS_PATCHES = (_patch_triton_cross_entropy, _patch_cuda_device_calls, _patch_weight_sync_group,
-                    _patch_vllm_weight_receive, _patch_vllm_sleep_mode)
-_VLLM_PATCHES = (_patch_weight_sync_group, _patch_vllm_weight_receive, _patch_vllm_sleep_mode)
+                    _patch_vllm_weight_receive, _patch_vllm_sleep_mode, _patch_vllm_kv_cache_size)
+_VLLM_PATCHES = (_patch_weight_sync_group, _patch_vllm_weight_receive, _patch_vllm_sleep_mode,
+                 _patch_vllm_kv_cache_size)
 
 
 def patch_names(vllm_process: bool = False) -> list:
@@ -344,17 +385,15 @@ def apply_cpu_patches(vllm_process: bool = False) -> list:
 
 
 def cpu_env_vars() -> dict:
-    """Ray ``runtime_env`` env_vars that carry the CPU mode (and any OPENRLHF_ADA_CPU_SKIP) to every worker."""
+    """Ray ``runtime_env`` env_vars that carry the CPU mode (and any OPENRLHF_ADA_CPU_SKIP, and the engines' KV cache
+    size) to every worker."""
+    from openrlhf_ada.utils.kv_cache import KV_CACHE_ENV
+
     env = {CPU_ENV: "1"}
-    if os.environ.get(SKIP_ENV):
-        env[SKIP_ENV] = os.environ[SKIP_ENV]
+    for name in (SKIP_ENV, KV_CACHE_ENV):
+        if os.environ.get(name):
+            env[name] = os.environ[name]
     return env
-
-
-def vllm_plugin() -> None:
-    """``vllm.general_plugins`` entry point (setup.py): vLLM loads it in every process it starts, before it resolves
-    the worker extension class (vllm/v1/worker/worker_base.py L276)."""
-    apply_cpu_patches(vllm_process=True)
 
 
 # -- flags and Ray resources in CPU mode ------------------------------------------------------------------------------
@@ -394,15 +433,30 @@ def adjust_args_for_cpu(args) -> list:
                "packing into flash_attention_2, cli/train_ppo_ray.py L699-704); samples are padded instead")
     if args.vllm.num_engines and not args.vllm.enforce_eager:
         switch("vllm.enforce_eager", True, "no CUDA graphs on CPU")
-    memory = args.vllm.gpu_memory_utilization
-    if args.vllm.num_engines and memory is not None and memory * args.vllm.num_engines > 0.6:
-        raise ValueError(
-            f"--vllm.gpu_memory_utilization {memory} with {args.vllm.num_engines} engine(s): on CPU it is the fraction "
-            f"of this machine's RAM each vLLM engine reserves for its KV cache ({memory * args.vllm.num_engines:.0%} "
-            "in all), leaving too little for the DeepSpeed actors. Pass e.g. --vllm.gpu_memory_utilization 0.1 "
-            "(0.1 fits a tiny model on 24 GB, 0.3 a 135M one)"
-        )
     return notes
+
+
+#: The cluster launcher's flag for the engines' KV cache in the CPU mode (openrlhf_ada/args.py).
+KV_CACHE_FLAG = "--cpu.kv_cache_gb"
+
+
+def plan_engine_kv_cache(args) -> Optional[str]:
+    """The CPU mode's engines get an explicit KV cache (openrlhf_ada/utils/kv_cache.py): computed from the run's
+    shapes for each of the --vllm.num_engines engines, or --cpu.kv_cache_gb. Checks that the memory node holds them
+    (ValueError naming the sizes and the flag), puts the size where every engine finds it (OPENRLHF_ADA_KV_CACHE_BYTES,
+    carried by :func:`cpu_env_vars`) and returns a line for the log; None without engines."""
+    from openrlhf_ada.utils import kv_cache
+
+    engines = args.vllm.num_engines or 0
+    if not engines:
+        return None
+    override = getattr(getattr(args, "cpu", None), "kv_cache_gb", 0.0) or 0.0
+    plan = kv_cache.plan_kv_cache(args, args.actor.model_name_or_path, "bfloat16", args.data.max_len,
+                                  engines=engines, override_gib=override)
+    kv_cache.check_node_holds(plan.bytes, f"{KV_CACHE_FLAG} GIB", engines=engines, how=f" ({plan.how})")
+    os.environ[kv_cache.KV_CACHE_ENV] = str(plan.bytes)
+    return (f"{plan.describe()}; {KV_CACHE_FLAG} sets it (--vllm.gpu_memory_utilization "
+            f"{args.vllm.gpu_memory_utilization} has no effect on CPU)")
 
 
 def gpu_bundles_needed(args) -> int:

@@ -28,8 +28,11 @@ for _key, _value in OFFLINE_ENV.items():
 
 import pytest  # noqa: E402
 
-import openrlhf_ada  # noqa: E402, F401  (installs the flash_attn_2_cuda placeholder in this process)
-from openrlhf_ada.cpu_compat import RAY_RUNTIME_ENV  # noqa: E402
+from openrlhf_ada.cpu_compat import RAY_RUNTIME_ENV, use_cpu_mode_without_cuda  # noqa: E402
+
+# The tests run on a machine without CUDA: the CPU mode (the flash_attn_2_cuda placeholder here, and OPENRLHF_ADA_CPU=1
+# for every process the tests start, Ray workers and vLLM engines included).
+use_cpu_mode_without_cuda()
 
 
 @pytest.fixture(scope="session")

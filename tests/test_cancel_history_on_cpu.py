@@ -28,6 +28,7 @@ from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool
 from openrlhf_ada.cli.train_ppo_ray import parse_args
 from openrlhf_ada.trainer.ppo_utils.samples_generator import AdaSamplesGenerator, LoaderWithSamplerState
 from openrlhf_ada.trainer.ray.vllm_engine import AdaRolloutRayActor
+from openrlhf_ada.utils.kv_cache import engine_kwargs
 from openrlhf_ada.utils.metrics_log import read_metrics
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -49,7 +50,8 @@ def reward_file():
 def engine(ray_local, tiny_llama_path, reward_file):
     actor = AdaRolloutRayActor.options(num_cpus=1, num_gpus=0).remote(
         model=tiny_llama_path, dtype="float32", enforce_eager=True, num_gpus=0, seed=0, remote_rm_url=[reward_file],
-        gpu_memory_utilization=0.1, max_model_len=MAX_LEN, max_num_seqs=1, distributed_executor_backend="uni",
+        **engine_kwargs(tiny_llama_path, MAX_LEN, 8), max_model_len=MAX_LEN, max_num_seqs=1,
+        distributed_executor_backend="uni",
         reward_timeout=30)
     ray.get(actor.get_num_unfinished_requests.remote())
     yield actor
@@ -230,7 +232,7 @@ def test_with_cancel_a_lost_engine_s_requests_run_again_on_the_survivor(engine, 
     trains exactly n samples, and nothing is left running."""
     victim = AdaRolloutRayActor.options(num_cpus=0.5, num_gpus=0).remote(
         model=tiny_llama_path, dtype="float32", enforce_eager=True, num_gpus=0, seed=0, remote_rm_url=[reward_file],
-        gpu_memory_utilization=0.1, max_model_len=MAX_LEN, distributed_executor_backend="uni")
+        **engine_kwargs(tiny_llama_path, MAX_LEN, 64), max_model_len=MAX_LEN, distributed_executor_backend="uni")
     ray.get(victim.get_num_unfinished_requests.remote())
     script = ",".join(["slow0.3", "0"] * 8)
     gen, labels = make_generator(victim, tokenizer, reward_file, [script] * 4, "--ada.cancel", "--ada.round_size",

@@ -140,3 +140,109 @@ def test_ray_worker_imports_openrlhf_thanks_to_setup_hook(ray_local):
 def test_ray_worker_without_setup_hook_cannot_import_openrlhf(tmp_path, run_python):
     result = run_python(_write(tmp_path, "ray_no_hook.py", RAY_WITHOUT_HOOK_SCRIPT), timeout=150)
     assert result["no_hook"] == cpu_compat.EXT_NAME
+
+
+# -- the placeholder never stands in for an extension that is there ---------------------------------------------------
+
+EXTENSION_SOURCE = """
+#include <torch/extension.h>
+std::string fwd() { return "the real extension, linked against libtorch"; }
+"""
+
+REAL_EXTENSION_SCRIPT = """
+import importlib, json, sys
+
+# 1. Like a real flash-attn build, this extension cannot load before torch has loaded libtorch.
+try:
+    import flash_attn_2_cuda  # noqa: F401
+    before_torch = "imported"
+except ImportError as e:
+    before_torch = str(e)
+sys.modules.pop("flash_attn_2_cuda", None)
+
+# 2. openrlhf_ada in the CPU mode, then flash-attn's own import (torch first, then the extension).
+import openrlhf_ada  # noqa: F401
+from openrlhf_ada.cpu_compat import is_placeholder_installed
+
+placeholder = is_placeholder_installed()
+from flash_attn import flash_attn_interface
+
+print("RESULT " + json.dumps({"before_torch": before_torch, "placeholder": placeholder,
+                              "fwd": flash_attn_interface.flash_attn_gpu.fwd()}))
+"""
+
+BROKEN_EXTENSION_SCRIPT = """
+import json
+
+import openrlhf_ada  # noqa: F401
+from openrlhf_ada.cpu_compat import is_placeholder_installed
+
+try:
+    import flash_attn  # noqa: F401
+    error = None
+except ImportError as e:
+    error = f"{type(e).__name__}: {e}"
+print("RESULT " + json.dumps({"placeholder": is_placeholder_installed(), "error": error}))
+"""
+
+NO_CPU_MODE_SCRIPT = """
+import json, sys
+
+import openrlhf_ada  # noqa: F401
+
+print("RESULT " + json.dumps({"torch_imported": "torch" in sys.modules,
+                              "flash_attn_2_cuda": "flash_attn_2_cuda" in sys.modules}))
+"""
+
+
+@pytest.fixture(scope="module")
+def real_extension_dir(tmp_path_factory):
+    """A real compiled torch extension named flash_attn_2_cuda (built once, about a minute on 2 cores): like the
+    CUDA build of flash-attn, it links against libtorch without an rpath, so it loads only after torch."""
+    from torch.utils.cpp_extension import load_inline
+
+    folder = tmp_path_factory.mktemp("flash_attn_2_cuda_build")
+    load_inline(name=cpu_compat.EXT_NAME, cpp_sources=EXTENSION_SOURCE, functions=["fwd"],
+                build_directory=str(folder), verbose=False)
+    assert (folder / f"{cpu_compat.EXT_NAME}.so").exists()
+    return folder
+
+
+def _with_path(folder) -> dict:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")])),
+            "PYTHONUNBUFFERED": "1", cpu_compat.CPU_ENV: "1"}
+
+
+def _run(tmp_path, name, code, env) -> dict:
+    import json
+    import subprocess
+
+    proc = subprocess.run([sys.executable, str(_write(tmp_path, name, code))], capture_output=True, text=True,
+                          timeout=150, env=env)
+    lines = [line[len("RESULT "):] for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    return json.loads(lines[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_real_extension_that_needs_torch_first_is_never_shadowed(tmp_path, real_extension_dir):
+    result = _run(tmp_path, "real_extension.py", REAL_EXTENSION_SCRIPT, _with_path(real_extension_dir))
+    assert result["before_torch"] != "imported" and "lib" in result["before_torch"]  # it needs libtorch
+    assert result["placeholder"] is False
+    assert result["fwd"] == "the real extension, linked against libtorch"
+
+
+def test_an_extension_that_cannot_load_fails_as_itself(tmp_path):
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    (folder / f"{cpu_compat.EXT_NAME}.so").write_bytes(b"\x7fELF not really a shared object")
+    result = _run(tmp_path, "broken_extension.py", BROKEN_EXTENSION_SCRIPT, _with_path(folder))
+    assert result["placeholder"] is False
+    assert result["error"] and "ImportError" in result["error"] and cpu_compat.EXT_NAME in result["error"]
+
+
+def test_without_the_cpu_mode_importing_the_package_changes_nothing(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != cpu_compat.CPU_ENV}
+    result = _run(tmp_path, "no_cpu_mode.py", NO_CPU_MODE_SCRIPT, env)
+    assert result == {"torch_imported": False, "flash_attn_2_cuda": False}

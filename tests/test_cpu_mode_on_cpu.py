@@ -107,7 +107,8 @@ def test_the_gloo_weight_sync_group_really_sends_the_tensor():
     (["--vllm.num_engines", "1", "--vllm.gpu_memory_utilization", "0.1", "--ds.packing_samples"],
      {"vllm.enforce_eager": True, "ds.packing_samples": False, "ds.attn_implementation": "eager"}),
 ])
-def test_flags_that_cannot_run_on_cpu_are_switched_with_a_line_each(flags, switched):
+def test_flags_that_cannot_run_on_cpu_are_switched_with_a_line_each(flags, switched, monkeypatch):
+    monkeypatch.delenv(cpu_compat.CPU_ENV)  # the flags as upstream parses them; then the CPU mode's switches
     args = parse_args(BASE + flags)
     notes = cpu_compat.adjust_args_for_cpu(args)
     for flag, value in switched.items():
@@ -118,15 +119,34 @@ def test_flags_that_cannot_run_on_cpu_are_switched_with_a_line_each(flags, switc
 
 @pytest.mark.parametrize("flags,words", [
     (["--ds.ring_attn_size", "2", "--vllm.num_engines", "1"], ["--ds.ring_attn_size", "flash-attn"]),
-    (["--vllm.num_engines", "2", "--vllm.gpu_memory_utilization", "0.6"],
-     ["--vllm.gpu_memory_utilization 0.6", "2 engine(s)", "0.1"]),
 ])
-def test_flags_without_a_cpu_equivalent_are_refused_by_name(flags, words):
+def test_flags_without_a_cpu_equivalent_are_refused_by_name(flags, words, monkeypatch):
+    monkeypatch.delenv(cpu_compat.CPU_ENV)  # the flags as upstream parses them; then the CPU mode's check
     args = parse_args(BASE + flags)
     with pytest.raises(ValueError) as e:
         cpu_compat.adjust_args_for_cpu(args)
     for word in words:
         assert word in str(e.value)
+
+
+def test_engines_get_a_kv_cache_sized_from_the_run_not_from_the_ram(tiny_llama_path, monkeypatch):
+    """--vllm.gpu_memory_utilization would be a fraction of the memory node's RAM on CPU: the engines get an explicit
+    size instead, carried to them by the CPU mode's env vars (read by the vllm_kv_cache_size patch)."""
+    from openrlhf_ada.utils.kv_cache import KV_CACHE_ENV, kv_shape
+
+    monkeypatch.setenv(KV_CACHE_ENV, "")  # restored (unset) after the test
+    flags = ["--actor.model_name_or_path", tiny_llama_path, *BASE[2:], "--vllm.num_engines", "2",
+             "--vllm.gpu_memory_utilization", "0.6", "--rollout.batch_size", "6", "--data.max_len", "300"]
+    note = cpu_compat.plan_engine_kv_cache(parse_args(flags))
+    assert "has no effect on CPU" in note and cpu_compat.KV_CACHE_FLAG in note
+    # 6 prompts x 4 samples over 2 engines = 12 sequences each, 300 tokens = 3 blocks of 128: 36 blocks x 1.25 = 45
+    expected = 45 * 128 * kv_shape(tiny_llama_path, "bfloat16").bytes_per_token
+    assert int(os.environ[KV_CACHE_ENV]) == expected
+    assert cpu_compat.cpu_env_vars()[KV_CACHE_ENV] == str(expected)
+    cpu_compat.plan_engine_kv_cache(parse_args(flags + ["--cpu.kv_cache_gb", "0.5"]))
+    assert int(os.environ[KV_CACHE_ENV]) == 512 * 1024 ** 2
+    with pytest.raises(ValueError, match=r"--cpu.kv_cache_gb GIB"):
+        cpu_compat.plan_engine_kv_cache(parse_args(flags + ["--cpu.kv_cache_gb", "100000"]))
 
 
 def test_ray_gets_logical_gpus_for_upstreams_bundles():

@@ -22,6 +22,7 @@ from openrlhf_ada.cli.train_ppo_ray import parse_args
 from openrlhf_ada.data_checks import check_prompt_file
 from openrlhf_ada.trainer.ppo_utils.samples_generator import AdaSamplesGenerator
 from openrlhf_ada.trainer.ray.vllm_engine import AdaRolloutRayActor
+from openrlhf_ada.utils.kv_cache import engine_kwargs
 from openrlhf_ada.utils.metrics_log import read_metrics
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -38,7 +39,7 @@ def reward_file():
 def start_engine(model, reward_file, timeout=2.0):
     engine = AdaRolloutRayActor.options(num_cpus=0.5, num_gpus=0).remote(
         model=model, dtype="float32", enforce_eager=True, num_gpus=0, seed=0, remote_rm_url=[reward_file],
-        gpu_memory_utilization=0.1, max_model_len=256, distributed_executor_backend="uni", reward_timeout=timeout)
+        **engine_kwargs(model, 256, 64), max_model_len=256, distributed_executor_backend="uni", reward_timeout=timeout)
     ray.get(engine.get_num_unfinished_requests.remote())
     return engine
 

@@ -108,8 +108,13 @@ class _Built(Exception):
 @pytest.mark.parametrize("async_enable,expected", [(False, _AdaPPOTrainer), (True, _AdaPPOTrainerAsync)])
 def test_train_builds_the_project_trainer(monkeypatch, async_enable, expected):
     """Run upstream's train() through the launcher with Ray and the GPU actor groups stubbed out; the first actor it
-    creates is the trainer: it must be the project's class, and ray.init must carry the worker setup hook."""
+    creates is the trainer: it must be the project's class, and ray.init must carry the worker setup hook. The
+    launcher as on a GPU cluster: without the CPU mode the tests' process otherwise runs in."""
     import openrlhf.trainer.ray.launcher as launcher
+
+    from openrlhf_ada.cpu_compat import CPU_ENV
+
+    monkeypatch.delenv(CPU_ENV)
 
     monkeypatch.setattr(sync_module, "PPOTrainer", sync_module.PPOTrainer)  # restored after the test
     monkeypatch.setattr(async_module, "PPOTrainerAsync", async_module.PPOTrainerAsync)

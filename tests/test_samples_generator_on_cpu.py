@@ -17,6 +17,7 @@ from transformers import AutoTokenizer
 
 from openrlhf_ada.cli.train_ppo_ray import parse_args
 from openrlhf_ada.trainer.ppo_utils.samples_generator import AdaSamplesGenerator
+from openrlhf_ada.utils.kv_cache import engine_kwargs
 
 pytestmark = pytest.mark.slow
 
@@ -62,7 +63,7 @@ def engine(ray_local, tiny_llama_path, tmp_path_factory):
     reward.write_text(REWARD_FILE)
     actor = RolloutRayActor.options(num_cpus=1, num_gpus=0).remote(
         model=tiny_llama_path, dtype="float32", enforce_eager=True, num_gpus=0, seed=0,
-        remote_rm_url=[str(reward)], gpu_memory_utilization=0.1, max_model_len=256,
+        remote_rm_url=[str(reward)], **engine_kwargs(tiny_llama_path, 256, 64), max_model_len=256,
     )
     ray.get(actor.get_num_unfinished_requests.remote())  # wait until the engine is up
     yield actor

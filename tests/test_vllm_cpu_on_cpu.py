@@ -12,6 +12,8 @@ import textwrap
 
 import pytest
 
+from openrlhf_ada.utils.kv_cache import engine_kwargs
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 VLLM_SCRIPT = """
@@ -22,8 +24,10 @@ if __name__ == "__main__":
 
     model, n, max_tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     prompts = ["What is 1 + 2?", "The answer is", "Hello"]
-    llm = vllm.LLM(model=model, dtype="float32", enforce_eager=True, gpu_memory_utilization=0.1, max_model_len=256,
-                   seed=0)
+    from openrlhf_ada.utils.kv_cache import engine_kwargs
+
+    llm = vllm.LLM(model=model, dtype="float32", enforce_eager=True, **engine_kwargs(model, 256, 64),
+                   max_model_len=256, seed=0)
     outputs = llm.generate(prompts, vllm.SamplingParams(n=n, max_tokens=max_tokens, temperature=1.0))
     print("RESULT " + json.dumps([
         {"prompt": o.prompt, "prompt_token_ids": list(o.prompt_token_ids),
@@ -87,7 +91,7 @@ def test_openrlhf_rollout_ray_actor_on_cpu_scores_with_reward_file(tmp_path, tin
         enforce_eager=True,
         num_gpus=0,  # popped by RolloutRayActor; only used for *_VISIBLE_DEVICES bookkeeping
         remote_rm_url=[str(reward_file)],
-        gpu_memory_utilization=0.1,  # fraction of CPU RAM for vLLM's CPU KV cache
+        **engine_kwargs(tiny_llama_path, 256, 64),  # the KV cache on CPU, sized from the run, not the RAM
         max_model_len=256,
         seed=0,
         distributed_executor_backend="uni",  # what create_vllm_engines passes for tensor_parallel_size == 1

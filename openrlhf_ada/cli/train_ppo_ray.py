@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib.util
 import os
 import runpy
 import sys
@@ -149,6 +150,10 @@ def main(
         print(f"[openrlhf_ada] {cpu_compat.CPU_ENV}=1 ignored: this machine has CUDA", file=sys.stderr)
     if cpu and not _parse_only:
         cpu_compat.apply_cpu_patches()
+    if not cpu and importlib.util.find_spec(cpu_compat.EXT_NAME) is None:
+        _fail(prog, f"flash-attn's compiled CUDA extension ({cpu_compat.EXT_NAME}) is not installed, and openrlhf "
+                    "imports it: on a GPU node install the GPU stack (pip install -e '.[gpu]', or the Docker image); "
+                    f"to run the whole pipeline on this machine's CPU, set {cpu_compat.CPU_ENV}=1")
 
     original_parse_args = argparse.ArgumentParser.parse_args
     original_hierarchize = config.hierarchize
@@ -184,6 +189,8 @@ def main(
             if cpu:
                 try:
                     notes = cpu_compat.adjust_args_for_cpu(final_args)
+                    if not _parse_only:
+                        notes += [cpu_compat.plan_engine_kv_cache(final_args)] if final_args.vllm.num_engines else []
                 except ValueError as e:
                     _fail(prog, str(e))
                 for note in notes if not _parse_only else []:

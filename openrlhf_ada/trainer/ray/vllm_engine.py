@@ -36,6 +36,7 @@ from openrlhf.utils.agent import SingleTurnAgentExecutor
 
 from openrlhf_ada.trainer.ray.reward_guard import GuardedRewardExecutor
 from openrlhf_ada.trainer.ray.weight_sync import reload_weights_from_file
+from openrlhf_ada.utils.engine_errors import engine_start_errors
 
 DEFAULT_REWARD_TIMEOUT = 60.0
 
@@ -93,7 +94,14 @@ class _CountingEngine:
 
 class _AdaRolloutRayActor(RolloutRayActor.__ray_actor_class__):
     async def __init__(self, *args, reward_timeout=None, **kwargs):
-        await super().__init__(*args, **kwargs)
+        try:
+            with engine_start_errors() as errors:
+                await super().__init__(*args, **kwargs)
+        except Exception as e:
+            if not errors:
+                raise
+            raise RuntimeError(f"the vLLM engine for {kwargs.get('model')!r} failed to start: "
+                               + "; ".join(errors)) from e
         self.executor = guard_executor(self.executor, kwargs.get("remote_rm_url"), reward_timeout_from_env(reward_timeout))
         self._streams = {}  # group id -> {task: (request index, _Progress)}
 
