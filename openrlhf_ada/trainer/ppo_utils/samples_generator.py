@@ -70,6 +70,7 @@ from tqdm import tqdm
 from openrlhf_ada.algorithms.history import PromptHistory, prompt_key
 from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool, make_rng, step_metrics
 from openrlhf_ada.args import ada_config, fault_config
+from openrlhf_ada.trainer.ppo_utils.stall_watch import StallWatch
 from openrlhf_ada.trainer.ray.reward_guard import FAIL_CODES, FAIL_NAMES
 
 logger = init_logger(__name__)
@@ -454,13 +455,34 @@ class AdaSamplesGenerator(SamplesGenerator):
             ) from error
         return lost
 
-    def _check_stalled(self, last_progress: float, pending: int) -> None:
-        if time.time() - last_progress > self.fault.engine_timeout:
-            raise TimeoutError(
-                f"no rollout came back for {self.fault.engine_timeout:.0f}s ({pending} requests pending on "
-                f"{len(self.vllm_engines)} engines): the engines look hung. Raise --fault.engine_timeout for very "
-                "long generations, or check the engine logs."
-            )
+    def _check_stalled(self, watch: StallWatch, pending: int) -> None:
+        """Called when the loop's wait brought no rollout back: poll the engines' token counts (StallWatch) and raise
+        TimeoutError, saying what was seen, when nothing progressed for the timeout; `pending`: rounds in flight."""
+        if watch.poll():
+            return
+        silence, timeout = watch.silence(), watch.timeout()
+        if silence <= timeout:
+            return
+        refs = [engine.get_num_unfinished_requests.remote() for engine in self.vllm_engines]
+        ready = set(ray.wait(refs, num_returns=len(refs), timeout=5.0)[0]) if refs else set()
+        unfinished = []
+        for ref in refs:
+            try:
+                unfinished.append(str(ray.get(ref)) if ref in ready else "?")
+            except Exception:  # noqa: BLE001 - a dead actor answers nothing
+                unfinished.append("?")
+        if self.fault.engine_timeout is not None:
+            limit = f"--fault.engine_timeout {timeout:g}"
+        elif watch.token_progress():
+            limit = f"the default --fault.engine_timeout, {timeout:.0f}s while every engine reports its tokens"
+        else:
+            limit = (f"the default --fault.engine_timeout, {timeout:.0f}s for one whole response of "
+                     f"{self.fault.max_new_tokens} tokens, as not every engine reports its tokens")
+        raise TimeoutError(
+            f"no token was generated and no rollout came back for {silence:.1f}s ({limit}): {pending} rounds in "
+            f"flight; {watch.describe(unfinished)}. The engines look hung: check their logs. If they are only slow, "
+            "raise the limit with --fault.engine_timeout S (seconds)."
+        )
 
     # -- --ada.cancel: per-sample streams -------------------------------------------------------------------------
     def _dispatch_streams(self, items: List[_Prompt], size: int, generate_kwargs: dict) -> list:
@@ -618,14 +640,14 @@ class AdaSamplesGenerator(SamplesGenerator):
         waiting_round: List[_Prompt] = []  # sync schedule: prompts whose next round waits for the barrier
         failures = _FailureLog()
         dispatch(active)
-        last_progress = time.time()
+        watch = StallWatch(self.fault, self.vllm_engines)  # progress: a rollout back, or a token on any engine
         try:
             while pending:
-                ready, _ = ray.wait(list(pending), num_returns=1, timeout=10.0)
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=watch.interval)
                 to_dispatch: List[_Prompt] = []
                 refill = 0
                 if not ready:
-                    self._check_stalled(last_progress, len(pending))
+                    self._check_stalled(watch, len(pending))
                 for ref in ready:
                     item = pending[ref] if streaming else pending.pop(ref)
                     try:
@@ -647,7 +669,7 @@ class AdaSamplesGenerator(SamplesGenerator):
                         item.outstanding.clear()
                         item.pool.end_round()
                     else:
-                        last_progress = time.time()
+                        watch.progress()
                         if not streaming:  # a whole round, in request order
                             experiences = experiences_of(message)
                             item.pool.add_round(
