@@ -439,6 +439,82 @@ def test_dockerfile_structure():
     assert f"MOUNT={workdirs[-1]}" in DOCKER_RUN.read_text(), "docker_run.sh mounts the repo where it is installed"
 
 
+def dockerignored(path: str, ignore_file: Path = ROOT / ".dockerignore") -> bool:
+    """Whether .dockerignore keeps path (relative to the repository root) out of the build context: each pattern
+    matched against the path and its parent folders, `**/` prefixes also tried bare; a `!` line re-includes."""
+    import fnmatch
+
+    parts = path.split("/")
+    prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    excluded = False
+    for line in ignore_file.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        negate, pattern = line.startswith("!"), line.lstrip("!").strip("/")
+        patterns = {pattern, pattern[3:]} if pattern.startswith("**/") else {pattern}
+        if any(fnmatch.fnmatchcase(prefix, pat) for prefix in prefixes for pat in patterns):
+            excluded = not negate
+    return excluded
+
+
+def test_dockerignore_check():
+    assert dockerignored(".venv/bin/python") and dockerignored("a/b/__pycache__/x.pyc") and dockerignored(".git")
+    assert not dockerignored("setup.py") and not dockerignored("openrlhf_ada/__init__.py")
+
+
+def test_dockerfile_flash_attn_wheel_build_arg():
+    """FLASH_ATTN_WHEEL=path installs that wheel (pinned, from nothing but that file); empty builds from source."""
+    text = DOCKERFILE.read_text()
+    instructions = dockerfile_instructions(text)
+    assert ("ARG", "FLASH_ATTN_WHEEL=") in instructions  # empty by default: today's build from source
+    pin = next(p for p in gpu_pins_from_setup() if canonicalize_name(Requirement(p).name) == "flash-attn")
+    runs = [args for ins, args in instructions if ins == "RUN" and "FLASH_ATTN_WHEEL" in args]
+    assert len(runs) == 1, runs
+    mount = re.match(r"--mount=type=bind,source=\$\{FLASH_ATTN_WHEEL:-([^}]+)\},target=(\S+) ", runs[0])
+    assert mount, runs[0]
+    placeholder = mount.group(1)  # bound when no wheel is given: must be in the build context
+    assert (ROOT / placeholder).is_file() and not dockerignored(placeholder)
+    installs = pip_install_words("RUN " + runs[0])
+    assert len(installs) == 2, installs
+    from_wheel, from_source = installs
+    assert "--no-index" in from_wheel and any(w.startswith("--find-links=") for w in from_wheel)
+    assert [w for w in from_wheel if not w.startswith("-")] == [pin]  # pip refuses a wheel of another version
+    assert from_source == ["--no-build-isolation", pin]
+    documented = re.findall(r"--build-arg FLASH_ATTN_WHEEL=(\S+)", text)
+    assert documented, "the Dockerfile shows how to pass a wheel"
+    for path in documented:
+        assert path.endswith(".whl") and not path.startswith("/") and not dockerignored(path)
+
+
+def _load_check_docker_pins():
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("check_docker_pins", ROOT / "scripts" / "check_docker_pins.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look the module up
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
+    return module
+
+
+def test_check_docker_pins_reads_the_dockerfile():
+    # scripts/check_docker_pins.py has its own Dockerfile parser (the resolution itself needs the index: not here)
+    check = _load_check_docker_pins()
+    installs = check.pip_installs(DOCKERFILE.read_text())
+    assert check.all_requirements(installs) == list(dict.fromkeys(dockerfile_pins(DOCKERFILE.read_text())))
+    assert ["."] in [i.editables for i in installs] and not any(i.skipped for i in installs)
+    text = ('RUN --mount=type=bind,source=${W:-x},target=/w if [ -n "$W" ]; then cp /w "/t/${W##*/}" && \\\n'
+            '    pip install --no-index --find-links=/t a==1.0; else X=1 python3 -m pip install \\\n'
+            '    --no-build-isolation -c c.txt "b[x]>=2" ./local.whl; fi\n# RUN pip install c==3\n')
+    wheel, source = check.pip_installs(text)
+    assert wheel.requirements == ["a==1.0"] and source.requirements == ["b[x]>=2"]
+    assert source.skipped == ["-c c.txt", "./local.whl"]
+
+
 # --- docker_run.sh against a stub docker --------------------------------------------------------------------------
 
 
