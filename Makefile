@@ -17,7 +17,7 @@ cluster-demo: env
 	$(PY) -m openrlhf_ada.cli.cluster_demo $(ARGS)
 
 test: env
-	$(PY) -m pytest tests -q
+	$(PY) -m pytest tests -q --durations=25
 
 test-fast: env
 	$(PY) -m pytest tests -q -m "not slow"
