@@ -35,7 +35,7 @@ CHECKPOINT_NAME = "smollm2-135m-instruct"
 CACHE_ENV = "OPENRLHF_ADA_CACHE"
 MARKER = "openrlhf_ada_checkpoint.json"
 #: Bump when the conversion changes: an older cache folder is then rebuilt.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the end token taken from the model config (transformers 5.15 gave the begin token)
 
 
 class SmolLM2Unavailable(RuntimeError):
@@ -135,6 +135,12 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike) -> di
     if tokenizer.chat_template is None:  # pragma: no cover - the GGUF file carries one
         raise SmolLM2Unavailable(f"{gguf_path} carries no chat template")
     tokenizer.model_max_length = int(getattr(model.config, "max_position_embeddings", 8192))
+    # transformers 5.15 (openrlhf 0.11.2's pin) gives the GGUF tokenizer the begin token as its end token
+    # (<|im_start|>, id 1); the model config reads the file's tokenizer.ggml.eos_token_id (2, <|im_end|>) right.
+    # With the wrong one, generation would never stop at the end of a turn.
+    eos_id = getattr(model.config, "eos_token_id", None)
+    if isinstance(eos_id, int) and tokenizer.eos_token_id != eos_id:
+        tokenizer.eos_token = tokenizer.convert_ids_to_tokens(eos_id)
     model.eval()
     model.save_pretrained(out_dir, safe_serialization=True)
     tokenizer.save_pretrained(out_dir)
