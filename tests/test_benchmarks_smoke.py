@@ -134,6 +134,7 @@ def test_update_section_replaces_only_its_own_block(se, tmp_path):
     assert text.count("<!-- BEGIN a -->") == 1 and text.count("<!-- END b -->") == 1
 
 
+@pytest.mark.slow  # imports openrlhf and builds upstream's experience maker: about 40 s
 def test_advantage_overhead_core_runs_on_a_tiny_batch():
     ao = load("advantage_overhead")
     rows = ao.run_overhead(prompts=4, samples=(2, 4), max_tokens=16, estimators=("group_norm", "dr_grpo"), reps=2,
@@ -264,8 +265,8 @@ def test_epoch_report_states_targets_and_bias(se):
         ("sampling_efficiency.py", ["--prompts", "20", "--seeds", "0", "--mixes", "paper_hard", "--no-grid",
                                     "--epoch-prompts", "20", "--epochs", "2"],
          ["### paper_hard", "#### paper_hard: initial", "#### Targets"]),
-        ("advantage_overhead.py", ["--prompts", "2", "--samples", "2", "--tokens", "8", "--reps", "1"],
-         ["| group_norm | 2 x 2 x 8 |"]),
+        pytest.param("advantage_overhead.py", ["--prompts", "2", "--samples", "2", "--tokens", "8", "--reps", "1"],
+                     ["| group_norm | 2 x 2 x 8 |"], marks=pytest.mark.slow),
     ],
 )
 def test_scripts_run_in_a_fresh_interpreter(tmp_path, script, args, expect):

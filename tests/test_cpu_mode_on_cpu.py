@@ -65,6 +65,7 @@ def probe(tmp_path, run_python):
     return run
 
 
+@pytest.mark.slow  # five fresh interpreters that import openrlhf: about 30-50 s
 def test_the_patches_apply_only_when_asked_for_on_a_machine_without_cuda(probe):
     off = probe(None)
     assert off["applied"] == [] and not off["gloo_group"] and not off["cpu_receive"]
@@ -291,6 +292,7 @@ def test_the_environment_s_ninja_comes_first_on_path(tmp_path, monkeypatch):
     assert cpu_compat.use_environment_ninja() is None and os.environ["PATH"].split(os.pathsep)[0] == ENV_BIN
 
 
+@pytest.mark.slow  # starts Ray
 def test_every_ray_worker_in_the_cpu_mode_finds_the_environment_s_ninja():
     """The setup hook (every Ray worker) in a fresh interpreter whose PATH starts with the system folders."""
     code = "import shutil; from openrlhf_ada import cpu_compat; cpu_compat.worker_setup_hook(); print(shutil.which('ninja'))"

@@ -26,7 +26,7 @@ use_cpu_mode_without_cuda()  # a machine without CUDA runs the demo in the CPU m
 
 REWARD_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "rewards", "gym.py")
 
-# Sized for at most 20 minutes on 2 CPU cores (see README: measured times and rewards).
+# Sized for about 25 minutes on 2 CPU cores (see README: measured times and rewards).
 DEMO_FLAGS = [
     "--algo.advantage.estimator", "group_norm",
     "--rollout.n_samples_per_prompt", "4",
