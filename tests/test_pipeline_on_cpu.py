@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -242,7 +243,12 @@ def test_launcher_adora_reinforce_ada_zero3_two_ranks_colocated_and_resumed(tmp_
     metrics = tmp_path / "ckpt" / "metrics.jsonl"
     rows = jsonl_rows(metrics)
     assert [r["step"] for r in rows] == [1, 2] and [r["rollout/num_samples"] for r in rows] == [32, 32]
-    assert sum(r["ada_unresolved_dropped"] for r in rows) == 1
+    # One prompt dropped and replaced: every step's log line says how many prompts made how many groups. Which step
+    # draws the never-solved prompt varies from run to run (seen in a fresh-clone run: the untrained tail step, whose
+    # metrics no row holds), so the drop is counted over the log lines; the rows hold it at most once.
+    drawn = re.findall(r"Reinforce-Ada step \d+: (\d+) groups from (\d+) prompts", first.log)
+    assert sum(int(p) - int(g) for g, p in drawn) == 1, drawn
+    assert sum(r["ada_unresolved_dropped"] for r in rows) <= 1
     for row in rows:
         missing = [k for k in ADA_KEYS + ADORA_KEYS if row.get(k) is None]
         assert not missing, (row["step"], missing)
