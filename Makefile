@@ -20,7 +20,7 @@ test: env
 	$(PY) -m pytest tests -q --durations=25
 
 test-fast: env
-	$(PY) -m pytest tests -q -m "not slow"
+	$(PY) -m pytest tests -q -m "not slow" --durations=25
 
 lint: env
 	$(PY) -m ruff check openrlhf_ada tests
