@@ -216,7 +216,8 @@ def parse_local_args(argv):
     return args
 
 
-def start_engine(args, config: LocalConfig):
+def start_engine(args, config: LocalConfig, kv=None):
+    """The rollout engine actor; `kv`: the KV cache plan when the caller has it (`engine_kv_cache`), else made here."""
     import torch
 
     common = dict(remote_rm_url=args.reward.remote_url, agent_func_path=args.train.agent_func_path,
@@ -229,7 +230,7 @@ def start_engine(args, config: LocalConfig):
     from openrlhf_ada.trainer.ray.vllm_engine import AdaRolloutRayActor
 
     gpu = torch.cuda.is_available()
-    kv = engine_kv_cache(args)
+    kv = kv or engine_kv_cache(args)
     if kv is not None:
         common["kv_cache_memory_bytes"] = kv.bytes
         print(f"[train_local] {kv.describe()}; --local.kv_cache_gb sets it", flush=True)
@@ -337,7 +338,7 @@ def run(args) -> dict:
     if not ray.is_initialized():
         ray.init(num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False, log_to_driver=False,
                  runtime_env=with_setup_hook({"env_vars": {"TOKENIZERS_PARALLELISM": "false"}}))
-    engine = start_engine(args, config)
+    engine = start_engine(args, config, kv)
     policy = AutoModelForCausalLM.from_pretrained(args.actor.model_name_or_path, dtype=torch.float32)
     if args.actor.gradient_checkpointing_enable:
         policy.gradient_checkpointing_enable()
