@@ -4,10 +4,26 @@ killed (RayActorError), one alive whose check raises (what a dead vLLM engine co
 RayTaskError), one that never answers within the timeout, one with only upstream's `get_num_unfinished_requests`."""
 
 import threading
+import time
 
 import pytest
 
 from openrlhf_ada.trainer.ppo_utils.samples_generator import probe_engines
+
+
+def wait_until_dead(ray, actor, within: float = 60.0) -> None:
+    """`ray.kill` returns before the actor is gone: a call made at once may still be served by it (seen on a loaded
+    2-core machine). Wait until the actor answers with RayActorError, so that the probe meets a dead engine."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.check_health.remote(), timeout=5)
+        except ray.exceptions.RayActorError:
+            return
+        except ray.exceptions.GetTimeoutError:
+            pass
+        time.sleep(0.2)
+    pytest.fail(f"the killed actor still answered {within:.0f} s after ray.kill")
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +57,7 @@ def actors(ray_local):
         UpstreamOnly.remote()
     ray.get([healthy.check_health.remote(), dead.check_health.remote(), upstream.get_num_unfinished_requests.remote()])
     ray.kill(dead)
+    wait_until_dead(ray, dead)
     yield dict(healthy=healthy, dead=dead, core_dead=core_dead, hung=hung, upstream=upstream)
     for actor in (healthy, core_dead, hung, upstream):
         ray.kill(actor)
