@@ -1,4 +1,4 @@
-"""ADORA weights (spec section 1): every row of the edge-case table, both variants, by hand; the rule against an
+"""ADORA weights (docs/algorithms.md, section 1): every row of the edge-case table, both variants, by hand; the rule against an
 independent per-group reference on random inputs; bad input."""
 
 import math

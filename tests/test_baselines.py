@@ -1,4 +1,4 @@
-"""Group and pool baselines per estimator (spec section 2.6), against values worked out by hand."""
+"""Group and pool baselines per estimator (the table in docs/algorithms.md), against values worked out by hand."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""Issue 11, items 2 and 8: a checkpoint is replaced only once its successor is complete, resume finds the last
+"""A checkpoint is replaced only once its successor is complete, resume finds the last
 complete one whatever moment a crash hit, and the folders follow the umask (not a forced 0700)."""
 
 import json

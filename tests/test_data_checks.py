@@ -1,4 +1,4 @@
-"""Issue 11, items 3 and 6: data mistakes are found before training with file and line; train_local's flag
+"""Data mistakes are found before training with file and line; train_local's flag
 mistakes name the flags; an output folder holding an earlier run is not overwritten without being asked."""
 
 import json

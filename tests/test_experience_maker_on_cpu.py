@@ -188,7 +188,7 @@ def test_every_sample_keeps_its_index_mapping():
                                                 ("group_norm", [0.866025, 0.866025, -0.866025, -0.866025]),
                                                 ("rloo", [1.0, 1.0, -1.0, -1.0])])
 def test_pool_statistics_include_length_penalties(estimator, expected):
-    """Issue 10, fault 5: rewards 1, 1, 0, 0, the two wrong answers truncated, --reward.stop_properly_penalty_coef
+    """Rewards 1, 1, 0, 0, the two wrong answers truncated, --reward.stop_properly_penalty_coef
     -0.5 (truncated -> -0.5), pool = the kept group. Upstream's group statistics are taken after the penalty; the
     pool statistics the samples generator keeps must be too. Expected values by hand: penalised rewards
     1, 1, -0.5, -0.5 (mean 0.25, unbiased std 0.866)."""
@@ -221,7 +221,7 @@ def test_pool_statistics_include_length_penalties(estimator, expected):
 
 
 def test_per_prompt_values_leave_info_once_used():
-    """Issue 10, fault 7: upstream logs every info key as a batch average; the pool statistics and pool indices
+    """Upstream logs every info key as a batch average; the pool statistics and pool indices
     mean nothing averaged, so they are gone once the advantages are computed (features on or off)."""
     extra = dict(POOL, ada_pool_index=[0, 1], ada_samples=[8, 4])
     for flags in (ADA, ()):

@@ -150,7 +150,7 @@ def test_no_engine_left_is_a_clear_error_not_a_hang(ray_local, tiny_llama_path, 
     assert isinstance(result.get("error"), RuntimeError) and "every rollout engine has died" in str(result["error"])
 
 
-# -- issue 10 (cluster-path faults) and issue 11 item 1 (fail fast), at the samples generator ---------------------
+# -- cluster-path faults and failing fast, at the samples generator -----------------------------------------------
 
 
 def next_prompt_index(gen) -> int:

@@ -1,4 +1,4 @@
-"""Held-out evaluation in train_local (issue 12, item 1): the metrics on hand-made samples, the --eval.* checks before
+"""Held-out evaluation in train_local: the metrics on hand-made samples, the --eval.* checks before
 anything starts, and a real run (local Ray, the transformers engine, a tiny llama) whose logged accuracy is checked
 against greedy decoding done here, independently, with transformers on the saved weights."""
 

@@ -62,7 +62,7 @@ def test_upstream_flags_pass_through_and_upstream_checks_still_run():
         (["--ada.bogus", "1"], ["unrecognized arguments", "--ada.bogus"]),
         (["--fault.max_failed_share", "1.5"], ["--fault.max_failed_share=1.5", "0 to 1"]),
         (["--fault.reward_timeout", "0"], ["--fault.reward_timeout=0"]),
-        # issue 11: upstream assertions and late failures, now named by their flags
+        # upstream assertions and late failures, named by their flags
         (["--rollout.batch_size", "0"], ["--rollout.batch_size=0", ">= 1"]),
         (["--rollout.n_samples_per_prompt", "1", "--algo.advantage.estimator", "group_norm"],
          ["--algo.advantage.estimator group_norm", "--rollout.n_samples_per_prompt >= 2", "got 1", "reinforce"]),
@@ -171,7 +171,7 @@ def test_cluster_trainer_writes_standard_metric_rows(tmp_path):
 
 
 def test_a_resumed_cluster_run_does_not_duplicate_steps(tmp_path):
-    """Issue 11, item 3: a run logged steps 1-5 but its last checkpoint is step 3; resumed, it redoes step 4 on.
+    """A run logged steps 1-5 but its last checkpoint is step 3; resumed, it redoes step 4 on.
     The rows of the redone steps go, and the running token total continues from step 3's."""
     import json
 
@@ -193,7 +193,7 @@ def test_a_resumed_cluster_run_does_not_duplicate_steps(tmp_path):
 
 
 def test_the_cluster_trainer_warns_when_every_reward_is_the_same(monkeypatch):
-    """Issue 11, item 5, in the cluster trainer: three steps whose rewards are all 0 -> a warning in the log (the
+    """In the cluster trainer: three steps whose rewards are all 0 -> a warning in the log (the
     trainer actor's log reaches the driver) and the streak in the step's metrics."""
     import torch
     from openrlhf.trainer.ppo_utils.experience import Experience

@@ -1,7 +1,7 @@
-"""Issue 11 on the real single-machine trainer (local Ray, the transformers engine, a tiny llama): a failed step never
-damages the last good checkpoint and resume reproduces the uninterrupted run (item 2); an earlier run is replaced
-only when asked (item 3); the reward file's extra_logs reach the metrics and a wrong signal is reported (item 5);
-data errors print one line (item 6)."""
+"""Recovery on the real single-machine trainer (local Ray, the transformers engine, a tiny llama): a failed step
+never damages the last good checkpoint and resume reproduces the uninterrupted run; an earlier run is replaced only
+when asked; the reward file's extra_logs reach the metrics and a wrong signal is reported; data errors print one
+line."""
 
 import contextlib
 import io

@@ -1,4 +1,4 @@
-"""Reinforce-Ada (spec section 2): the exit rule, group selection, PromptPool and simulate, by hand and as
+"""Reinforce-Ada (docs/algorithms.md, section 2): the exit rule, group selection, PromptPool and simulate, by hand and as
 properties on random pools and reward streams."""
 
 import random

@@ -1,4 +1,4 @@
-"""Issue 11, item 4: reward-file and weight-function mistakes are refused by both trainers while the flags are parsed,
+"""Reward-file and weight-function mistakes are refused by both trainers while the flags are parsed,
 before Ray or any model starts, naming the file (and the line)."""
 
 import textwrap

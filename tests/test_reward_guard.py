@@ -1,5 +1,5 @@
 """The reward guard's time limit measures the reward function itself, and HTTP reward servers keep upstream's
-retries (issue 10, fault 6). Runs the real executor (upstream's SingleTurnAgentExecutor underneath) in this process,
+retries. Runs the real executor (upstream's SingleTurnAgentExecutor underneath) in this process,
 with a real `.py` reward file and a real local HTTP server; no engine is needed for the reward calls."""
 
 from __future__ import annotations

@@ -131,7 +131,7 @@ def test_resolved_unresolved_failed_and_metrics(engine, tokenizer, schedule):
     assert info(by_label[labels[0]][0], "ada_pool_std") == pytest.approx(((6 - 36 / 8) / 7) ** 0.5)
     assert info(by_label[labels[3]][0], "ada_samples") == 4 and info(by_label[labels[1]][0], "ada_samples") == 12
 
-    # step metrics (spec section 3), the same in every sample's info
+    # step metrics (docs/metrics.md), the same in every sample's info
     m = gen.last_metrics
     assert m["ada/samples_generated"] == 8 + 12 + 12 + 4 + 8
     assert m["ada/tokens_generated"] == 44 * TOKENS

@@ -38,7 +38,7 @@ LAUNCHER = "openrlhf_ada.cli.train_ppo_ray"
 DUMMY = {
     "MODEL": "dummy-org/dummy-model",
     "DATA": "dummy/kk_train.jsonl",
-    "REWARD_FILE": str(ROOT / "openrlhf_ada" / "rewards" / "toy.py"),  # parsing checks that it exists (issue 11)
+    "REWARD_FILE": str(ROOT / "openrlhf_ada" / "rewards" / "toy.py"),  # parsing checks that it exists
     "NUM_GPUS": "8",
     "WANDB_TOKEN": "",
     "SAVE_PATH": "/nonexistent/openrlhf-ada-save",

@@ -1,4 +1,4 @@
-"""Issue 11, item 5: the reward file's extra_logs reach the metrics, and a wrong training signal (bad labels, every
+"""The reward file's extra_logs reach the metrics, and a wrong training signal (bad labels, every
 reward identical for several steps) is reported. Pure functions over per-sample info dicts, as Experience.info holds
 them (upstream stores each value as tensor([v]))."""
 
