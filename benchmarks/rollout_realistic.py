@@ -1,5 +1,6 @@
-"""Realistic rollout benchmark: GRPO, the authors' Reinforce-Ada (sync and async) and the options of issue 13
-(`--ada.cancel` in both orders, `--ada.history`, both), on a real model, real prompts and a real verifier.
+"""Realistic rollout benchmark: GRPO, the authors' Reinforce-Ada (sync and async) and the options beyond
+the authors' algorithm (`--ada.cancel` in both orders, `--ada.history`, both), on a real model, real prompts and a
+real verifier.
 
     python benchmarks/rollout_realistic.py                 # about 35 minutes on 2 CPU cores; writes docs/
     python benchmarks/rollout_realistic.py --prompts 4 --batch 2 --epochs 2 --repeats 1 --base-prompts 4 --no-write
@@ -27,7 +28,7 @@ trained a full batch), generated samples and tokens per prompt visit (a skipped 
 nothing), trained groups with signal (rewards not all equal), coverage (their share of the trained groups), eta
 (tokens of the trained samples of groups with signal / all generated tokens), and generated tokens per trained group
 with signal (cancelled requests' tokens included), also as a ratio to the authors' async setting of the same repeat.
-The issue's targets: that ratio at most 1/1.3 = 0.77 and the step wall time no higher than the authors' async
+The targets for those options: that ratio at most 1/1.3 = 0.77 and the step wall time no higher than the authors' async
 setting's. The length bias of cancelling is measured on the real samples: mean length of the trained samples, of
 the samples that finished, and of the cancelled requests when cancelled, against the same numbers without
 cancelling, and the share of trained groups with signal that ADORA (`--adora.*` defaults) would find advantageous.
@@ -375,7 +376,7 @@ def report(result: dict, args) -> str:
             f"{_range([x['rounds'] for x in s], '{:.2f}')} | {_range([x['cancelled_token_share'] for x in s], '{:.3f}')}"
             f" | {statistics.mean(x['load_mean'] for x in s):.1f} (max {max(x['load_max'] for x in s):.1f}) | "
             f"{statistics.mean(x['vllm_ratio'] for x in s):.4f} |")
-    lines += ["", "### Targets (issue 13): tokens per trained group with signal at most 1/1.3 = 0.77 x the authors' "
+    lines += ["", "### Targets: tokens per trained group with signal at most 1/1.3 = 0.77 x the authors' "
               "async setting, step wall time no higher", "",
               "| setting | tokens / group with signal, x authors' async (per repeat) | all repeats pooled | target | "
               "step wall, x authors' async (per repeat) | target |", "|---|---|---|---|---|---|"]

@@ -36,14 +36,15 @@ Per method and mix (pooled over seeds):
 - resolved: share of drawn prompts that met the exit rule; rounds: mean rounds per drawn prompt, a proxy for the
   step's latency (each round is one more generation pass) (Reinforce-Ada only).
 
-A second, multi-epoch model measures the options of issue 13 against the authors' settings (`run_epoch_benchmark`):
-a dataset seen once per epoch, pass rates rising over the epochs, response lengths that depend on correctness (two
-models: wrong answers longer, or correct ones longer), stopping inside a round (`--ada.cancel`, arrival or request
-order) and the per-prompt history (`--ada.history`: first-round sizing, skips of saturated prompts), through
-`simulate`. Per mix: generated tokens per trained group with signal, coverage, groups with signal per prompt visit,
-eta on tokens, rounds, the expected maximum rounds of a 128-prompt step, and the length of kept vs finished vs
-started samples with the share of groups ADORA finds advantageous; two reference floors that no sampler can build
-show what the token target would need. Its assumptions are written into the section it produces.
+A second, multi-epoch model measures the options beyond the authors' algorithm against their settings
+(`run_epoch_benchmark`): a dataset seen once per epoch, pass rates rising over the epochs, response lengths that
+depend on correctness (two models: wrong answers longer, or correct ones longer), stopping inside a round
+(`--ada.cancel`, arrival or request order) and the per-prompt history (`--ada.history`: first-round sizing, skips of
+saturated prompts), through `simulate`. Per mix: generated tokens per trained group with signal, coverage, groups
+with signal per prompt visit, eta on tokens, rounds, the expected maximum rounds of a 128-prompt step, and the
+length of kept vs finished vs started samples with the share of groups ADORA finds advantageous; two reference
+floors that no sampler can build show what the token target would need. Its assumptions are written into the section
+it produces.
 
 A setting *beats the authors* in a mix when its eta is at least 2% (relative) higher than that of the authors'
 setting (balance, and separately pos: n = 4, a round of 8 then up to 3 more, keep) and its coverage is at least
@@ -481,7 +482,7 @@ LENGTH_MODELS = {  # (median correct, median wrong) tokens
 }
 LEN_SIGMA, PROMPT_SIGMA, MIN_LEN, MAX_LEN = 0.5, 0.3, 16, 4096
 CAP, STEP_PROMPTS = 32, 128  # samples per prompt at most (the authors' 8 + 8 x 3); prompts per training step
-TARGET_RATIO = 0.67  # the issue's target: tokens per trained group with signal at most 0.67 x the authors' balance
+TARGET_RATIO = 0.67  # the target: tokens per trained group with signal at most 0.67 x the authors' balance
 
 
 class EpochUniverse:
@@ -723,7 +724,7 @@ def run_epoch_benchmark(*, prompts: int = 300, seeds: Sequence[int] = (0, 1, 2),
 
 
 def target_check(row: Dict, ref: Dict) -> Dict[str, bool]:
-    """The issue's targets for one row against the authors' balance in the same (mix, length model)."""
+    """The targets for one row against the authors' balance in the same (mix, length model)."""
     return {
         "tokens": row["ratio"] is not None and row["ratio"] <= TARGET_RATIO,
         "coverage": row["coverage"] is not None and row["coverage"] >= ref["coverage"],
