@@ -22,11 +22,12 @@ import ray
 from torchdata.stateful_dataloader import StatefulDataLoader
 from transformers import AutoTokenizer
 
-import openrlhf_ada.trainer.ppo_utils.samples_generator as samples_generator
+import openrlhf_ada.trainer.ppo_utils.round_loop as round_loop
 from openrlhf_ada.algorithms.history import EpochRecord
 from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool
 from openrlhf_ada.cli.train_ppo_ray import parse_args
-from openrlhf_ada.trainer.ppo_utils.samples_generator import AdaSamplesGenerator, LoaderWithSamplerState
+from openrlhf_ada.trainer.ppo_utils.loader_state import LoaderWithSamplerState
+from openrlhf_ada.trainer.ppo_utils.samples_generator import AdaSamplesGenerator
 from openrlhf_ada.trainer.ray.vllm_engine import AdaRolloutRayActor
 from openrlhf_ada.utils.kv_cache import engine_kwargs
 from openrlhf_ada.utils.metrics_log import read_metrics
@@ -179,7 +180,7 @@ def test_per_prompt_outcomes_with_cancel_on_and_off(engine, tokenizer, reward_fi
     the sample that resolves each prompt); rounds and resolution are the same either way. With cancel on, the pools
     the generator fed sample by sample give exactly what a pure PromptPool gives for the same arrivals, and the
     generator trains what that pool selects."""
-    monkeypatch.setattr(samples_generator, "PromptPool", RecordingPool)
+    monkeypatch.setattr(round_loop, "PromptPool", RecordingPool)
     tokens = 24
     for flags, expected in (([], EXPECTED_OFF), (["--ada.cancel"], EXPECTED_CANCEL)):
         gen, labels = make_generator(engine, tokenizer, reward_file, [A, B, C, D, E], "--ada.schedule", schedule,

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from openrlhf_ada.trainer.ppo_utils.samples_generator import probe_engines
+from openrlhf_ada.trainer.ray.engine_health import probe_engines
 
 
 def wait_until_dead(ray, actor, within: float = 60.0) -> None:

@@ -223,7 +223,7 @@ def test_the_cluster_trainer_warns_when_every_reward_is_the_same(monkeypatch):
 def test_the_cluster_checkpoint_carries_the_samplers_state_with_the_data_position():
     """Upstream checkpoints prompts_dataloader.state_dict() with every step and hands it back on resume; the
     wrapper adds the sampler's state under its own key and gives the loader only its own."""
-    from openrlhf_ada.trainer.ppo_utils.samples_generator import LoaderWithSamplerState
+    from openrlhf_ada.trainer.ppo_utils.loader_state import LoaderWithSamplerState
 
     class Loader:
         loaded = None

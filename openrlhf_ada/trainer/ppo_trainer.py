@@ -13,14 +13,11 @@ import ray
 from openrlhf.trainer.ppo_trainer import PPOTrainer
 from openrlhf.utils.logging_utils import init_logger
 
+from openrlhf_ada.trainer.ppo_utils.batching import data_parallel_unit
 from openrlhf_ada.trainer.ppo_utils.experience_maker import AdaExperienceMaker
-from openrlhf_ada.trainer.ppo_utils.samples_generator import (
-    AdaSamplesGenerator,
-    LoaderWithSamplerState,
-    data_parallel_unit,
-    probe_engines,
-    resume_hint,
-)
+from openrlhf_ada.trainer.ppo_utils.loader_state import LoaderWithSamplerState
+from openrlhf_ada.trainer.ppo_utils.samples_generator import AdaSamplesGenerator
+from openrlhf_ada.trainer.ray.engine_health import lost_engines_message, probe_engines
 from openrlhf_ada.utils.metrics_log import MetricsWriter, keep_rows_up_to, read_metrics, standardize
 from openrlhf_ada.utils.signal_watch import SignalState, observe
 
@@ -59,8 +56,8 @@ class AdaTrainerMixin:
         and a dead one makes it raise (CUDA IPC) or wait forever (an NCCL group has a fixed size)."""
         _, lost = probe_engines(self._sync_engines, timeout=60)
         if lost:
-            raise RuntimeError(f"lost {'; '.join(lost)}. The run stops before the weight sync would wait for it. "
-                               f"Last checkpoint: {resume_hint(self.args)}")
+            raise RuntimeError(lost_engines_message(lost, ". The run stops before the weight sync would wait for it",
+                                                    self.args))
 
     def broadcast_to_vllm(self) -> None:
         self._stop_on_lost_engines()  # an engine may also die while the step trains
@@ -70,8 +67,7 @@ class AdaTrainerMixin:
             for _ in range(5):  # its death may take a moment to show (the gloo peer closes first)
                 _, lost = probe_engines(self._sync_engines, timeout=60)
                 if lost:
-                    raise RuntimeError(f"lost {'; '.join(lost)} during the weight sync. Last checkpoint: "
-                                       f"{resume_hint(self.args)}") from failure
+                    raise RuntimeError(lost_engines_message(lost, " during the weight sync", self.args)) from failure
                 time.sleep(2.0)
             raise
 

@@ -1,6 +1,6 @@
 """The stall watchdog of a training generation step (`--fault.engine_timeout`): a step fails when the rollout engines
 show no progress for the timeout, and a slow but progressing generation goes on. Used by the samples generator's
-rounds loop (openrlhf_ada/trainer/ppo_utils/samples_generator.py)."""
+round loop (openrlhf_ada/trainer/ppo_utils/round_loop.py)."""
 
 import time
 

@@ -1,0 +1,437 @@
+"""One training generation step of Reinforce-Ada rounds, as named phases on a small step-state object.
+
+`RoundStep(generator, ...).run()` is the whole step, top to bottom:
+
+    draw       prompts from the data (with --ada.history: planned, a skipped one counted and replaced)
+    dispatch   each prompt's next round to the engines (a Ray call per round, or a stream per round)
+    collect    what comes back: a whole round, or one streamed sample (a lost engine's round runs again)
+    decide     per prompt: a done pool is settled, an active one waits for its next round
+    release    which next rounds go out now: the ONE place the schedules differ (async at once, sync at the barrier)
+    settle     a done prompt: its group selected, dropped, filtered, or held back for failed rewards
+    build      the experiences the trainer gets: n per accepted prompt, in the order drawn, with pool statistics
+
+Every per-prompt decision is the prompt's `PromptPool` (openrlhf_ada/algorithms/reinforce_ada.py); this module only
+moves data between the pools and the engines. Streaming (--ada.cancel) and batch feeding differ in `dispatch` and
+`collect` only: streaming opens a round with `start_round` and feeds samples one by one, batch feeds the round
+whole with `add_round`. docs/algorithms.md explains the cancel order and its trade-off.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Iterator, List, Optional
+
+import ray
+import torch
+from openrlhf.trainer.ppo_utils.experience import Experience
+from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
+from openrlhf.trainer.ppo_utils.length_penalty import logger as length_penalty_logger
+from openrlhf.trainer.ppo_utils.samples_generator import _collect_prompt_batch
+from openrlhf.utils.logging_utils import init_logger
+from tqdm import tqdm
+
+from openrlhf_ada.algorithms.history import prompt_key
+from openrlhf_ada.algorithms.reinforce_ada import PromptPool, make_rng, step_metrics
+from openrlhf_ada.trainer.ppo_utils.sample_failures import FailureLog, sample_score, scalar
+from openrlhf_ada.trainer.ppo_utils.stall_watch import StallWatch
+
+logger = init_logger(__name__)
+
+#: The metrics a fixed-n step (one round of n per prompt, Reinforce-Ada off) logs: round and resolution counts say
+#: nothing there.
+FIXED_N_METRICS = {
+    "ada/prompts", "ada/samples_generated", "ada/tokens_generated", "ada/samples_per_prompt_mean",
+    "ada/samples_per_prompt_max", "ada/failed_prompts", "ada/failed_samples", "ada/nonzero_adv_group_share",
+    "ada/eta", "ada/reward_mean_generated", "ada/pass_rate_generated", "ada/dynamic_filtered",
+    "ada/prompts_consumed", "ada/generation_seconds",
+}
+
+ENGINE_ERRORS = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError, ray.exceptions.RayTaskError)
+
+
+@dataclass
+class ActivePrompt:
+    """A prompt being sampled in this step: its data, its pool, and (--ada.cancel) its open round's stream."""
+
+    uid: int
+    prompt: str
+    label: str
+    image: object
+    pool: PromptPool
+    key: Optional[str] = None  # prompt_key(prompt), with --ada.history
+    # --ada.cancel: the open round's stream (engine, group id), its requests not back yet, and the cancel sent
+    engine: object = None
+    group: Optional[str] = None
+    outstanding: set = field(default_factory=set)
+    cancel_sent: bool = False
+    streams: int = 0  # streams started for this prompt (group ids stay unique when a round is run again)
+
+
+def response_length(e: Experience) -> int:
+    return int(e.response_length.reshape(-1)[0].item())
+
+
+def penalised_rewards(experiences: List[Experience], args) -> List[Optional[float]]:
+    """Each sample's reward after upstream's length penalties (--reward.stop_properly_penalty_coef,
+    --reward.overlong_buffer_len ...), computed by upstream's own `apply_length_penalties` on stand-ins, so the
+    samples themselves keep their raw rewards (the experience maker penalises the kept ones later, as upstream does).
+    The pool statistics use these: with a pool equal to the kept group the pool baseline is then upstream's."""
+    raw = [scalar(e.rewards) for e in experiences]
+    if getattr(args.reward, "overlong_buffer_len", None) is None and \
+            getattr(args.reward, "stop_properly_penalty_coef", None) is None:
+        return raw
+    valid = [i for i, r in enumerate(raw) if r is not None]
+    stand_ins = [SimpleNamespace(rewards=experiences[i].rewards.clone().float(), info={},
+                                 response_length=experiences[i].response_length, truncated=experiences[i].truncated)
+                 for i in valid]
+    level = length_penalty_logger.level
+    length_penalty_logger.setLevel("WARNING")  # it logs a line per call: per round here, per step in the maker
+    try:
+        apply_length_penalties(stand_ins, args)
+    finally:
+        length_penalty_logger.setLevel(level)
+    out = list(raw)
+    for i, stand_in in zip(valid, stand_ins):
+        out[i] = scalar(stand_in.rewards)
+    return out
+
+
+class RoundStep:
+    """The state of one training generation step, and its phases as methods (module docstring).
+
+    `generator` is the project's samples generator: it owns what outlives a step (the engines, the step counter
+    that seeds the per-prompt generators, the epoch, the history, groups carried from a short step) and the
+    engine-fault handling (`_drop_dead_engines`, `_check_stalled`)."""
+
+    def __init__(self, generator, dataloader_iter, num_prompts: int, dynamic_filtering, generate_kwargs: dict):
+        gen = self.gen = generator
+        self.config = gen.rounds
+        gen._step += 1
+        self.step_seed = (self.config.seed, gen._step)
+        self.generate_kwargs = {k: v for k, v in generate_kwargs.items() if k != "n_samples_per_prompt"}
+        self.started = time.time()
+        self.streaming = self.config.cancel  # samples come back one by one; a resolved prompt's rest is cancelled
+        self.stream_run = uuid.uuid4().hex[:12]
+        self.history = gen.history
+        self.dataloader_iter, self.dynamic_filtering = dataloader_iter, dynamic_filtering
+        self.carried, gen._carry = gen._carry, []  # whole groups held back from the last episode's short step
+        self.num_prompts = num_prompts - len(self.carried) // gen.args.rollout.n_samples_per_prompt
+        self.prompts_consumed = self.next_uid = 0
+        self.exhausted = False
+        self.finished: List[ActivePrompt] = []  # every prompt processed this step, in the order finished
+        self.accepted: dict = {}  # uid -> kept experiences
+        self.filtered = self.engine_failures = self.lost_to_failures = self.skipped = 0
+        self.held_back: List[int] = []  # prompts lost to failed rewards, not yet replaced
+        # judge the failed share once this many samples are back (a reward that always fails stops in round 1)
+        self.min_judged = max(16, 2 * gen.args.rollout.n_samples_per_prompt)
+        self.failures = FailureLog()
+        self.pending: dict = {}  # ray ref (a round) or stream (--ada.cancel) -> ActivePrompt
+        self.to_dispatch: List[ActivePrompt] = []  # next rounds (and replacements) decided in this wait
+        self.waiting_round: List[ActivePrompt] = []  # sync schedule: prompts whose next round waits for the barrier
+        self.refill = 0  # replacement prompts to draw after this wait
+        self.pbar = None
+
+    # -- the step, top to bottom --------------------------------------------------------------------------------
+    def run(self):
+        """Returns (experiences, prompts consumed, data exhausted), as upstream's `_generate_vllm` does."""
+        active = self.draw(self.num_prompts)
+        if not active:  # the data ran out (prompts skipped by the history on the way count in the next step)
+            self.gen._skipped_carry += self.skipped
+            return self.carried, self.prompts_consumed, True
+        self.skipped += self.gen._skipped_carry
+        self.gen._skipped_carry = 0
+        self.pbar = tqdm(total=self.num_prompts,
+                         desc="Generate samples (Reinforce-Ada)" if self.gen.ada else "Generate samples")
+        self.dispatch(active)
+        watch = StallWatch(self.gen.fault, self.gen.vllm_engines)  # progress: a rollout back, or a token anywhere
+        try:
+            while self.pending:
+                ready, _ = ray.wait(list(self.pending), num_returns=1, timeout=watch.interval)
+                if not ready:
+                    self.gen._check_stalled(watch, len(self.pending))
+                for ref in ready:
+                    item = self.collect(ref, watch)
+                    if item is not None:
+                        self.decide(item)
+                self.replace_held_back()
+                self.to_dispatch += self.draw(self.refill)
+                self.refill = 0
+                batch = self.release()
+                if batch:
+                    self.dispatch(batch)
+        finally:
+            self.cancel_streams()
+        self.pbar.close()
+        metrics = self.metrics()
+        return self.build(metrics), self.prompts_consumed, self.exhausted
+
+    # -- draw ---------------------------------------------------------------------------------------------------
+    def draw(self, count: int) -> List[ActivePrompt]:
+        """`count` prompts from the data (fewer when it runs out); with --ada.history each is planned first, and a
+        skipped one is counted and replaced by the next."""
+        gen, cfg = self.gen, self.config
+        out = []
+        while len(out) < count and not self.exhausted:
+            prompts, labels, images, self.exhausted = _collect_prompt_batch(self.dataloader_iter, count - len(out))
+            if prompts and gen._epoch_pending:
+                gen._epoch += 1
+                gen._epoch_pending = False
+            gen._epoch = max(gen._epoch, 0)
+            self.prompts_consumed += len(prompts)
+            for p, lab, img in zip(prompts, labels, images):
+                key = first = None
+                if self.history is not None:
+                    key = prompt_key(p)
+                    plan = self.history.plan(key, gen._epoch, n=cfg.n, cap=cfg.max_samples, seed=cfg.seed)
+                    if plan.skip:
+                        self.skipped += 1
+                        continue
+                    first = plan.first_round
+                pool = PromptPool(cfg, rng=make_rng(*self.step_seed, self.next_uid), first_round=first)
+                out.append(ActivePrompt(self.next_uid, p, lab, img, pool, key))
+                self.next_uid += 1
+        return out
+
+    # -- dispatch -----------------------------------------------------------------------------------------------
+    def dispatch(self, batch: List[ActivePrompt]) -> None:
+        """Send each prompt's next round, prompts of one round size together (upstream's dispatch takes one n):
+        batch: one upstream call per round; streaming: one stream per round, for its requests not back yet."""
+        by_size = {}
+        for item in batch:
+            if self.streaming:
+                if not item.outstanding:  # a new round; one run again after a lost engine keeps its requests
+                    item.outstanding = set(range(item.pool.start_round()))
+                size = len(item.outstanding)
+            else:
+                size = item.pool.next_round_size()
+            by_size.setdefault(size, []).append(item)
+        for size, items in by_size.items():
+            if self.streaming:
+                self.pending.update(dispatch_streams(self.gen, items, size, self.generate_kwargs, self.stream_run))
+                continue
+            refs = self.gen._dispatch_prompts_to_vllm(
+                [it.prompt for it in items],
+                [it.label for it in items],
+                images=[it.image for it in items],
+                n_samples_per_prompt=size,
+                **self.generate_kwargs,
+            )
+            self.pending.update(zip(refs, items))
+
+    # -- collect ------------------------------------------------------------------------------------------------
+    def collect(self, ref, watch: StallWatch) -> Optional[ActivePrompt]:
+        """Take what `ref` brought back into its prompt's pool. Returns the prompt when its round is over (to be
+        decided), None while its round goes on (a streamed sample) or runs again (a lost engine)."""
+        item = self.pending[ref] if self.streaming else self.pending.pop(ref)
+        try:
+            message = ray.get(next(ref) if self.streaming else ref)
+        except ENGINE_ERRORS as e:
+            return self.engine_lost(ref, item, e)
+        watch.progress()
+        if not self.streaming:  # a whole round, in request order
+            experiences = self.experiences_of(message)
+            item.pool.add_round(
+                scores=[sample_score(e) for e in experiences],
+                rewards=penalised_rewards(experiences, self.gen.args),
+                items=experiences,
+                lengths=[response_length(e) for e in experiences],
+            )
+            return item
+        if "end" not in message:  # one sample of the round, as it finished and was scored
+            item.outstanding.discard(message["index"])
+            (e,) = self.experiences_of([message["response"]])
+            stop = item.pool.add_sample(message["index"], sample_score(e), penalised_rewards([e], self.gen.args)[0],
+                                        item=e, length=response_length(e))
+            if stop and not item.cancel_sent:  # resolved: cancel the round's outstanding requests
+                item.engine.cancel_stream.remote(item.group)
+                item.cancel_sent = True
+            return None
+        # the round's stream is over: every request came back or was cancelled
+        self.pending.pop(ref)
+        item.outstanding.clear()
+        item.pool.end_round(cancelled_tokens=int(message["cancelled_tokens"]))
+        return item
+
+    def engine_lost(self, ref, item: ActivePrompt, error) -> Optional[ActivePrompt]:
+        """An engine died mid-round (its actor, or the vLLM engine core inside a live actor): the round is lost, not
+        counted, and runs again elsewhere (--ada.cancel: only its requests that had not come back). A task error
+        with every engine healthy is a bug, raised as it is."""
+        self.pending.pop(ref, None)
+        if not self.gen._drop_dead_engines(error) and isinstance(error, ray.exceptions.RayTaskError):
+            raise error
+        self.engine_failures += 1
+        if not self.streaming or (item.outstanding and not item.pool.should_cancel):
+            self.to_dispatch.append(item)
+            return None
+        # --ada.cancel: the prompt had stopped (the rest was being cancelled) or every request was back: the round is
+        # over (what the lost engine had generated for it is unknown: not counted)
+        item.outstanding.clear()
+        item.pool.end_round()
+        return item
+
+    def experiences_of(self, responses) -> List[Experience]:
+        """Experiences of a whole round (or of one streamed sample), counted and judged for failed rewards."""
+        experiences = [self.gen._process_response_into_experience(r, **self.generate_kwargs) for r in responses]
+        self.failures.record(experiences)
+        self.failures.check(self.gen.fault.max_failed_share, self.gen.args.reward.remote_url, self.gen.tokenizer,
+                            min_samples=self.min_judged)
+        return experiences
+
+    # -- decide and release -------------------------------------------------------------------------------------
+    def decide(self, item: ActivePrompt) -> None:
+        """A prompt's round is over: settle it when its pool is done, else it needs its next round."""
+        if item.pool.done:
+            self.refill += self.settle(item)
+            self.pbar.update(1 if item.uid in self.accepted else 0)
+        else:
+            self.to_dispatch.append(item)
+
+    def replace_held_back(self) -> None:
+        """Prompts lost to failed rewards are replaced once the failed share has been judged acceptable on enough
+        samples (or nothing else runs)."""
+        if self.held_back and (self.failures.total >= self.min_judged or not self.pending):
+            self.refill += len(self.held_back)
+            self.held_back.clear()
+
+    def release(self) -> List[ActivePrompt]:
+        """The rounds to send now. The one place the schedules differ: async sends every next round (and
+        replacement) at once; sync holds them until every round in flight is back (the authors' barrier)."""
+        batch, self.to_dispatch = self.to_dispatch, []
+        if self.config.schedule == "async":
+            return batch
+        self.waiting_round += batch
+        if self.pending:
+            return []
+        batch, self.waiting_round = self.waiting_round, []
+        return batch
+
+    # -- settle -------------------------------------------------------------------------------------------------
+    def settle(self, item: ActivePrompt) -> int:
+        """Record a prompt whose pool is done and select its group; return how many replacement prompts it needs
+        (1 for a dropped or filtered prompt, else 0; a prompt lost to failed rewards is held back instead)."""
+        self.finished.append(item)
+        if self.history is not None:
+            self.history.record(item.key, self.gen._epoch, item.pool.num_pos, item.pool.num_neg)
+        kept = [item.pool.items[i] for i in item.pool.select()]
+        if not kept:
+            if item.pool.outcome == "failed":  # too few samples with a reward to form a group
+                self.lost_to_failures += 1
+                if self.lost_to_failures > self.num_prompts:  # at most one batch of replacements for failed rewards
+                    self.failures.stop(
+                        f"{self.lost_to_failures} prompts of this step could not form a group because their samples "
+                        f"got no usable reward from {self.gen.args.reward.remote_url} (at most {self.num_prompts} "
+                        f"are replaced per step; {self.failures.failed} of {self.failures.total} samples failed)",
+                        self.gen.tokenizer)
+                self.held_back.append(item.uid)
+                return 0
+            return 1  # dropped
+        if self.dynamic_filtering:
+            lo, hi = self.gen.args.algo.dynamic_filtering_range
+            mean_score = sum(sample_score(e) for e in kept)
+            mean_score /= len(kept)
+            if not (lo < mean_score < hi):
+                self.filtered += 1
+                return 1
+        self.accepted[item.uid] = kept
+        return 0
+
+    def cancel_streams(self) -> None:
+        """A step that ends (or fails) leaves nothing generating: cancel the streams still running."""
+        for item in self.pending.values() if self.streaming else ():
+            try:
+                item.engine.cancel_stream.remote(item.group)
+            except Exception:  # noqa: BLE001 (a dead engine generates nothing anyway)
+                pass
+
+    # -- build --------------------------------------------------------------------------------------------------
+    def metrics(self) -> dict:
+        """The step's metrics (also the generator's `last_metrics` and `last_pools`); a failed share over the limit
+        stops the step here, whatever the number of samples."""
+        gen = self.gen
+        gen.last_pools = [item.pool for item in sorted(self.finished, key=lambda it: it.uid)]  # in the order drawn
+        metrics = step_metrics(gen.last_pools, self.config.max_rounds, skipped=self.skipped)
+        self.failures.check(gen.fault.max_failed_share, gen.args.reward.remote_url, gen.tokenizer)
+        metrics.update(self.failures.metrics())
+        metrics["fault/engine_failures"] = float(self.engine_failures)
+        metrics["ada/dynamic_filtered"] = float(self.filtered)
+        metrics["ada/prompts_consumed"] = float(self.prompts_consumed)
+        metrics["ada/generation_seconds"] = time.time() - self.started
+        if self.history is not None:
+            metrics["ada/epoch"] = float(gen._epoch)
+        if gen.ada is None:  # fixed n: round and resolution counts say nothing
+            metrics = {k: v for k, v in metrics.items() if k in FIXED_N_METRICS or k.startswith("fault/")}
+        gen.last_metrics = metrics
+        return metrics
+
+    def build(self, metrics: dict) -> List[Experience]:
+        """The carried groups, then n samples per accepted prompt in the order drawn, each with its pool's statistics
+        (for the pool baseline) and the step's metrics in `info`."""
+        out: List[Experience] = list(self.carried)
+        for item in sorted(self.finished, key=lambda it: it.uid):
+            kept = self.accepted.get(item.uid)
+            if not kept:
+                continue
+            pool = item.pool
+            for index, e in zip(pool.select(), kept):
+                e.info["ada_pool_index"] = torch.tensor([float(index)])
+                e.info["ada_pool_count"] = torch.tensor([float(pool.count)])
+                e.info["ada_pool_mean"] = torch.tensor([pool.mean])
+                e.info["ada_pool_std"] = torch.tensor([pool.std])
+                e.info["ada_samples"] = torch.tensor([float(pool.samples)])
+                for key, value in metrics.items():
+                    e.info[key.replace("/", "_")] = torch.tensor([float(value)])
+            out.extend(kept)
+        logger.info(
+            f"{'Reinforce-Ada' if self.gen.ada else 'Fixed-n'} step {self.gen._step}: {len(self.accepted)} groups "
+            f"from {self.prompts_consumed} prompts, {int(metrics.get('ada/samples_generated', 0))} samples, "
+            f"eta={metrics.get('ada/eta', 0):.3f}" + (f", {self.skipped} skipped (history)" if self.history is not None
+                                                       else "")
+        )
+        return out
+
+
+# -- --ada.cancel: one stream per round, through upstream's own dispatch ---------------------------------------------
+class _StreamStarter:
+    """Stands in for one engine's `generate_responses` inside upstream's `_dispatch_prompts_to_vllm`: the call upstream
+    makes for a prompt starts that prompt's stream (`generate_stream`) on the engine instead. `items` is shared by
+    every engine's starter and yields the prompts in the order upstream dispatches them."""
+
+    def __init__(self, engine, items: Iterator[ActivePrompt], run: str):
+        self.engine, self.items, self.run = engine, items, run
+
+    def remote(self, *, prompt, label, sampling_params, max_length, hf_tokenizer, num_samples, images=None):
+        item = next(self.items)
+        assert prompt == item.prompt, "upstream's dispatch no longer follows the order of the prompts"
+        item.streams += 1
+        item.engine, item.cancel_sent = self.engine, False
+        item.group = f"{self.run}:{item.uid}:{item.pool.rounds}:{item.streams}"
+        return self.engine.generate_stream.remote(item.group, prompt, label, sampling_params, max_length,
+                                                  hf_tokenizer, sorted(item.outstanding), images)
+
+
+class _StreamingEngine:
+    """An engine as upstream's dispatch sees it: its load (`get_num_unfinished_requests`) and a `generate_responses`
+    that starts a stream."""
+
+    def __init__(self, engine, items: Iterator[ActivePrompt], run: str):
+        self.get_num_unfinished_requests = engine.get_num_unfinished_requests
+        self.generate_responses = _StreamStarter(engine, items, run)
+
+
+def dispatch_streams(generator, items: List[ActivePrompt], size: int, generate_kwargs: dict, run: str) -> list:
+    """Start one `generate_stream` per prompt for the requests of its open round that are not back yet (`size`: the
+    round size, for upstream's load estimate). Engines, their order and the sampling parameters come from upstream's
+    `_dispatch_prompts_to_vllm` itself, run with each engine behind a `_StreamingEngine`. `run` keeps the streams'
+    group ids unique across steps. Returns [(stream, item)]."""
+    engines, calls = generator.vllm_engines, iter(items)
+    generator.vllm_engines = [_StreamingEngine(e, calls, run) for e in engines]
+    try:
+        streams = generator._dispatch_prompts_to_vllm([it.prompt for it in items], [it.label for it in items],
+                                                      images=[it.image for it in items], n_samples_per_prompt=size,
+                                                      **generate_kwargs)
+    finally:
+        generator.vllm_engines = engines
+    return list(zip(streams, items))
