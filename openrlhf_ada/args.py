@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from typing import Optional
 
 from openrlhf_ada.algorithms._checks import check_finite
-from openrlhf_ada.algorithms.adora import VARIANTS, AdoraConfig, load_weight_func
+from openrlhf_ada.algorithms.adora import ADORA_RULES, AdoraConfig, load_weight_func
 from openrlhf_ada.algorithms.baselines import GROUP_BASELINE_ESTIMATORS
 from openrlhf_ada.algorithms.reinforce_ada import (
     BASELINES,
     CANCEL_ORDERS,
-    MODES,
+    EXIT_RULES,
     SCHEDULES,
     SELECTION_POLICIES,
     UNRESOLVED_POLICIES,
@@ -33,71 +33,74 @@ def _bool_flag(group, name, help):
 
 
 def add_project_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Every default comes from the frozen config the flags build (AdoraConfig, AdaConfig, FaultConfig), and the
+    choices and help of --adora.variant / --ada.mode from their rule registries."""
+    adora, ada, fault = AdoraConfig, AdaConfig, FaultConfig  # class attributes: the dataclass defaults
     g = parser.add_argument_group("ADORA (openrlhf-ada): per-prompt advantage weights")
     _bool_flag(g, "--adora.enable", "Multiply each prompt group's final advantages by its ADORA weight")
-    g.add_argument("--adora.variant", type=str, default="llm", choices=VARIANTS,
-                   help="Degenerate-group rule: llm (text trainer: no positive -> lam) or vl (vision trainer: no "
-                        "positive -> boost, no usable negative -> lam)")
-    g.add_argument("--adora.lam", type=float, default=0.1, help="Weight of groups that are not advantageous")
-    g.add_argument("--adora.boost", type=float, default=1.0, help="Weight of advantageous groups")
-    g.add_argument("--adora.positive_threshold", type=float, default=0.5,
+    g.add_argument("--adora.variant", type=str, default=adora.variant, choices=ADORA_RULES.names(),
+                   help=f"Degenerate-group rule: {ADORA_RULES.describe()}")
+    g.add_argument("--adora.lam", type=float, default=adora.lam, help="Weight of groups that are not advantageous")
+    g.add_argument("--adora.boost", type=float, default=adora.boost, help="Weight of advantageous groups")
+    g.add_argument("--adora.positive_threshold", type=float, default=adora.positive_threshold,
                    help="A sample is correct when its score (Experience.scores) is above this")
-    g.add_argument("--adora.start_step", type=int, default=0, help="First global step (as logged) with weights")
-    g.add_argument("--adora.end_step", type=int, default=-1,
+    g.add_argument("--adora.start_step", type=int, default=adora.start_step,
+                   help="First global step (as logged) with weights")
+    g.add_argument("--adora.end_step", type=int, default=adora.end_step,
                    help="First global step without weights again; -1 = never stop")
-    g.add_argument("--adora.weight_func", type=str, default=None,
+    g.add_argument("--adora.weight_func", type=str, default=adora.weight_func,
                    help="path.py:function replacing the built-in rule: f(scores, rewards, lengths, truncated, step) "
                         "-> weights [P] or [P, n]")
 
     g = parser.add_argument_group("Reinforce-Ada (openrlhf-ada): adaptive multi-round sampling per prompt")
     _bool_flag(g, "--ada.enable", "Sample prompts round after round until each shows signal; train on n per prompt")
-    g.add_argument("--ada.mode", type=str, default="balance", choices=MODES,
-                   help="Exit rule: balance (>= floor(n/2) correct and >= n - floor(n/2) wrong) or pos (>= 1 "
-                        "correct)")
-    g.add_argument("--ada.round_size", type=int, default=None, help="Samples per round (default 2 x n)")
-    g.add_argument("--ada.first_round_size", type=int, default=None,
+    g.add_argument("--ada.mode", type=str, default=ada.mode, choices=EXIT_RULES.names(),
+                   help=f"Exit rule: {EXIT_RULES.describe()}")
+    g.add_argument("--ada.round_size", type=int, default=ada.round_size, help="Samples per round (default 2 x n)")
+    g.add_argument("--ada.first_round_size", type=int, default=ada.first_round_size,
                    help="Samples in the first round (default: --ada.round_size)")
-    g.add_argument("--ada.max_rounds", type=int, default=4, help="Rounds before a prompt counts as unresolved")
-    g.add_argument("--ada.positive_threshold", type=float, default=0.5,
+    g.add_argument("--ada.max_rounds", type=int, default=ada.max_rounds,
+                   help="Rounds before a prompt counts as unresolved")
+    g.add_argument("--ada.positive_threshold", type=float, default=ada.positive_threshold,
                    help="A sample is correct when its score is above this")
-    g.add_argument("--ada.unresolved", type=str, default="keep", choices=UNRESOLVED_POLICIES,
+    g.add_argument("--ada.unresolved", type=str, default=ada.unresolved, choices=UNRESOLVED_POLICIES,
                    help="Unresolved after max rounds: keep its group (authors' code) or drop and refill (paper)")
-    g.add_argument("--ada.selection", type=str, default="first", choices=SELECTION_POLICIES,
+    g.add_argument("--ada.selection", type=str, default=ada.selection, choices=SELECTION_POLICIES,
                    help="Which samples of each class form the group: earliest generated, or seeded random")
-    g.add_argument("--ada.baseline", type=str, default="pool", choices=BASELINES,
+    g.add_argument("--ada.baseline", type=str, default=ada.baseline, choices=BASELINES,
                    help="Group baseline from the whole pool's statistics (pool) or the kept n samples (group)")
-    g.add_argument("--ada.schedule", type=str, default="async", choices=SCHEDULES,
+    g.add_argument("--ada.schedule", type=str, default=ada.schedule, choices=SCHEDULES,
                    help="async: a prompt's next round starts as soon as its last is scored; sync: rounds in lockstep")
     _bool_flag(g, "--ada.cancel", "Check the exit rule after every sample and cancel a prompt's outstanding requests "
                                   "of the round once it holds (their tokens so far count as generated); rounds stay "
                                   "the cap and the schedule")
-    g.add_argument("--ada.cancel_order", type=str, default="arrival", choices=CANCEL_ORDERS,
+    g.add_argument("--ada.cancel_order", type=str, default=ada.cancel_order, choices=CANCEL_ORDERS,
                    help="With --ada.cancel: samples enter the pool as they arrive (arrival: stops soonest, but kept "
                         "samples are biased short) or in request order (request: kept samples unbiased in length, "
                         "the group the authors' rule would train; stops later, saves fewer tokens)")
     _bool_flag(g, "--ada.history", "Remember each prompt's outcomes across epochs (key: sha256 of the prompt) to skip "
                                    "prompts that were all-correct or all-wrong (and, with --ada.history_target, to "
                                    "size each prompt's first round)")
-    g.add_argument("--ada.history_target", type=float, default=0.0,
+    g.add_argument("--ada.history_target", type=float, default=ada.history_target,
                    help="With --ada.history: first round = fewest samples (n..cap) holding both classes with this "
                         "probability (e.g. 0.9) under the prompt's Beta posterior pass rate, the rest of the cap "
                         "spread over the other rounds; 0 (default) keeps the configured rounds (sizing measured: "
                         "fewer rounds per prompt, more tokens; docs/benchmarks.md)")
-    g.add_argument("--ada.history_skip", type=float, default=0.5,
+    g.add_argument("--ada.history_skip", type=float, default=ada.history_skip,
                    help="With --ada.history: probability of skipping a prompt whose last --ada.history_window "
                         "epochs were all-correct or all-wrong (skipped prompts are counted, the next one taken)")
-    g.add_argument("--ada.history_window", type=int, default=1,
+    g.add_argument("--ada.history_window", type=int, default=ada.history_window,
                    help="With --ada.history: epochs (the prompt's most recent sampled ones) that must all be "
                         "saturated before it can be skipped")
 
     g = parser.add_argument_group("Faults (openrlhf-ada): what a long run survives")
-    g.add_argument("--fault.reward_timeout", type=float, default=60.0,
+    g.add_argument("--fault.reward_timeout", type=float, default=fault.reward_timeout,
                    help="Seconds one call of a Python reward function may run (counted from when it starts, not "
                         "while it waits for a thread); longer counts as a failed sample. HTTP reward servers keep "
                         "upstream's policy (180 s per request, 5 tries)")
-    g.add_argument("--fault.max_failed_share", type=float, default=0.5,
+    g.add_argument("--fault.max_failed_share", type=float, default=fault.max_failed_share,
                    help="Stop the run when more than this share of a step's samples got no usable reward")
-    g.add_argument("--fault.engine_timeout", type=float, default=None,
+    g.add_argument("--fault.engine_timeout", type=float, default=fault.engine_timeout,
                    help="Seconds without progress before a training step fails (engines hung). Progress is a token "
                         "generated on any engine or a rollout coming back; engines that do not report tokens "
                         "(vLLM without statistics, the hf engine) show only finished requests. Default: derived, "
@@ -135,15 +138,16 @@ def adora_config(args) -> AdoraConfig:
 def ada_config(args) -> AdaConfig:
     a = args.ada
     return AdaConfig(
-        n=args.rollout.n_samples_per_prompt, enable=a.enable, mode=a.mode, round_size=a.round_size,
+        n=args.rollout.n_samples_per_prompt, mode=a.mode, round_size=a.round_size,
         first_round_size=a.first_round_size, max_rounds=a.max_rounds, positive_threshold=a.positive_threshold,
         unresolved=a.unresolved, selection=a.selection, baseline=a.baseline, schedule=a.schedule,
-        seed=_get(args, "train.seed", 42),
-        cancel=_get(args, "ada.cancel", False), cancel_order=_get(args, "ada.cancel_order", "arrival"),
-        history=_get(args, "ada.history", False), history_target=_get(args, "ada.history_target", 0.0),
-        history_skip=_get(args, "ada.history_skip", 0.5), history_window=_get(args, "ada.history_window", 1),
+        seed=_get(args, "train.seed", AdaConfig.seed),
+        # namespaces built without the newer flags (tests, older callers) get the config's defaults
+        **{k: _get(args, "ada." + k, getattr(AdaConfig, k)) for k in ("cancel", "cancel_order", *HISTORY_FLAGS)},
     )
 
+
+HISTORY_FLAGS = ("history", "history_target", "history_skip", "history_window")
 
 ENGINE_TIMEOUT_FLOOR = 900.0  # seconds: the derived --fault.engine_timeout never goes below this
 SLOW_DECODE_TOKENS_PER_S = 10.0  # the slow decode rate one whole request must be allowed to run at
@@ -232,7 +236,6 @@ def validate_group_estimator(args) -> None:
                          "--algo.advantage.estimator reinforce")
 
 
-HISTORY_DEFAULTS = {"history_target": 0.0, "history_skip": 0.5, "history_window": 1}
 
 
 def validate_cancel_and_history(args) -> None:
@@ -244,12 +247,12 @@ def validate_cancel_and_history(args) -> None:
         if on and not enable:
             raise ValueError(f"{flag} changes Reinforce-Ada's sampling, so it needs --ada.enable (without it "
                              "training generation is one round of n per prompt and the flag would do nothing)")
-    if not cancel and _get(args, "ada.cancel_order", "arrival") != "arrival":
+    if not cancel and _get(args, "ada.cancel_order", AdaConfig.cancel_order) != AdaConfig.cancel_order:
         raise ValueError(f"--ada.cancel_order {_get(args, 'ada.cancel_order')} only acts with --ada.cancel: add "
                          "--ada.cancel or drop the option")
     if not history:
-        changed = [f"--ada.{k} {_get(args, 'ada.' + k)}" for k, default in HISTORY_DEFAULTS.items()
-                   if _get(args, "ada." + k, default) != default]
+        changed = [f"--ada.{k} {_get(args, 'ada.' + k)}" for k in HISTORY_FLAGS[1:]
+                   if _get(args, "ada." + k, getattr(AdaConfig, k)) != getattr(AdaConfig, k)]
         if changed:
             raise ValueError(f"{', '.join(changed)} only act(s) with --ada.history: add --ada.history or drop them")
     if cancel and _get(args, "local.engine") == "hf":

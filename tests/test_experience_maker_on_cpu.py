@@ -204,7 +204,7 @@ def test_pool_statistics_include_length_penalties(estimator, expected):
                            truncated=torch.tensor([t]), kl=torch.zeros(1, T), index=[i], info={})
                 for i, (r, t) in enumerate(zip(rewards, truncated))]
 
-    pool = PromptPool(AdaConfig(n=N, enable=True, round_size=N, max_rounds=1, baseline="pool"))
+    pool = PromptPool(AdaConfig(n=N, round_size=N, max_rounds=1, baseline="pool"))
     generated = samples()
     pool.add_round(scores=rewards, rewards=penalised_rewards(generated, args), items=generated)
     assert [e.rewards.item() for e in generated] == rewards  # the samples themselves keep their raw rewards

@@ -1,11 +1,19 @@
 """The math of the project, pure torch/python (no Ray, no vLLM): ADORA weights, Reinforce-Ada's per-prompt pool,
 exit rule and group selection (with stopping inside a round), the per-prompt history across epochs, and the
-pool/group baselines. Every other layer calls these."""
+pool/group baselines. Every other layer calls these. The rules users change (exit rules, ADORA weight rules) are
+registered functions (registry.py)."""
 
-from openrlhf_ada.algorithms.adora import AdoraConfig, adora_weights, load_weight_func
+from openrlhf_ada.algorithms.adora import AdoraConfig, adora_weights, load_weight_func, register_adora_rule
 from openrlhf_ada.algorithms.baselines import group_baseline, pool_baseline
 from openrlhf_ada.algorithms.history import HistoryConfig, PromptHistory, prompt_key
-from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool, exit_reached, select_group, simulate
+from openrlhf_ada.algorithms.reinforce_ada import (
+    AdaConfig,
+    PromptPool,
+    exit_reached,
+    register_exit_rule,
+    select_group,
+    simulate,
+)
 
 __all__ = [
     "AdaConfig",
@@ -19,6 +27,8 @@ __all__ = [
     "load_weight_func",
     "pool_baseline",
     "prompt_key",
+    "register_adora_rule",
+    "register_exit_rule",
     "select_group",
     "simulate",
 ]

@@ -1,4 +1,4 @@
-"""ADORA: per-prompt advantage weights from each group's own samples (spec section 1).
+"""ADORA: per-prompt advantage weights from each group's own samples.
 
 A prompt group is *advantageous* when its longest correct answer is longer than its typical wrong answer
 (maxPos > meanNeg, strict; truncated wrong answers say nothing about length and are left out of meanNeg).
@@ -10,7 +10,9 @@ Two variants differ only in the degenerate groups:
     positives, no usable negative          boost                     lam
     otherwise                              boost if maxPos > meanNeg else lam
 
-A sample is positive when score > positive_threshold. Everything here is pure torch: no Ray, no vLLM.
+Each variant is one registered weight rule (`@register_adora_rule(name, help)`, see registry.py), which turns the
+per-group facts of `group_stats` into one weight per group. A sample is positive when score > positive_threshold.
+Everything here is pure torch: no Ray, no vLLM.
 """
 
 from __future__ import annotations
@@ -27,10 +29,35 @@ from typing import Callable, Dict, Optional
 import torch
 
 from openrlhf_ada.algorithms._checks import as_matrix, check_choice, check_finite, check_int
+from openrlhf_ada.algorithms.registry import Registry
 
 logger = logging.getLogger(__name__)
 
-VARIANTS = ("llm", "vl")
+
+@dataclass(frozen=True)
+class AdoraConfig:
+    """ADORA settings, built once from the parsed flags (--adora.*)."""
+
+    enable: bool = False
+    variant: str = "llm"
+    lam: float = 0.1
+    boost: float = 1.0
+    positive_threshold: float = 0.5
+    start_step: int = 0
+    end_step: int = -1
+    weight_func: Optional[str] = None  # "path.py:function"; replaces the built-in rule
+
+    def __post_init__(self):
+        check_choice("adora.variant", self.variant, ADORA_RULES.names())
+        check_finite("adora.lam", self.lam, minimum=0.0)
+        check_finite("adora.boost", self.boost, minimum=0.0)
+        check_finite("adora.positive_threshold", self.positive_threshold)
+        check_int("adora.start_step", self.start_step, 0)
+        check_int("adora.end_step", self.end_step, -1)
+        if self.end_step != -1 and self.end_step <= self.start_step:
+            raise ValueError(
+                f"adora.end_step={self.end_step} must be -1 (forever) or > adora.start_step={self.start_step}"
+            )
 
 
 @dataclass(frozen=True)
@@ -44,7 +71,8 @@ class GroupStats:
     advantageous: torch.Tensor  # bool: max_pos > mean_neg (False where either side is missing)
 
 
-def group_stats(scores, lengths, truncated=None, *, positive_threshold: float = 0.5, max_length=None) -> GroupStats:
+def group_stats(scores, lengths, truncated=None, *, positive_threshold: float = AdoraConfig.positive_threshold,
+                max_length=None) -> GroupStats:
     """Classify each group of a [P, n] batch. See the module docstring for the rule."""
     check_finite("positive_threshold", positive_threshold)
     s = as_matrix("scores", scores, torch.float64)
@@ -67,17 +95,46 @@ def group_stats(scores, lengths, truncated=None, *, positive_threshold: float = 
     return GroupStats(has_pos, has_usable_neg, max_pos, mean_neg, has_pos & has_usable_neg & (max_pos > mean_neg))
 
 
-def weights_from_stats(stats: GroupStats, *, variant: str = "llm", lam: float = 0.1, boost: float = 1.0) -> torch.Tensor:
-    """The weight table of the module docstring, one float32 weight per group."""
-    check_choice("variant", variant, VARIANTS)
+#: ADORA weight rules by name (`--adora.variant`): fn(stats: GroupStats, lam, boost) -> float32 weights [P].
+ADORA_RULES = Registry("ADORA rule")
+register_adora_rule = ADORA_RULES.register
+
+
+def table_weights(stats: GroupStats, *, advantageous: float, other: float, no_pos: float, no_neg: float
+                  ) -> torch.Tensor:
+    """One float32 weight per group: `advantageous` or `other` by maxPos > meanNeg, then the two degenerate cases,
+    a group without a positive (`no_pos`) and one with positives but no usable negative (`no_neg`)."""
+    def full(value: float) -> torch.Tensor:
+        return torch.full(stats.has_pos.shape, float(value), dtype=torch.float32)
+
+    w = torch.where(stats.advantageous, full(advantageous), full(other))
+    w = torch.where(stats.has_pos & ~stats.has_usable_neg, full(no_neg), w)
+    return torch.where(~stats.has_pos, full(no_pos), w)
+
+
+@register_adora_rule("llm", "text trainer: no positive -> lam")
+def llm_rule(stats: GroupStats, lam: float, boost: float) -> torch.Tensor:
+    """The authors' text trainer: a group without a correct answer is attenuated, an all-correct one is not."""
+    return table_weights(stats, advantageous=boost, other=lam, no_pos=lam, no_neg=boost)
+
+
+@register_adora_rule("vl", "vision trainer: no positive -> boost, no usable negative -> lam")
+def vl_rule(stats: GroupStats, lam: float, boost: float) -> torch.Tensor:
+    """The authors' vision-language trainer: the degenerate cases the other way round."""
+    return table_weights(stats, advantageous=boost, other=lam, no_pos=boost, no_neg=lam)
+
+
+def weights_from_stats(stats: GroupStats, *, variant: str = AdoraConfig.variant, lam: float = AdoraConfig.lam,
+                       boost: float = AdoraConfig.boost) -> torch.Tensor:
+    """The weight rule `variant` (module docstring), one float32 weight per group."""
+    rule = ADORA_RULES.get(variant, "variant")
     check_finite("lam", lam, minimum=0.0)
     check_finite("boost", boost, minimum=0.0)
-    low = torch.full(stats.has_pos.shape, float(lam), dtype=torch.float32)
-    high = torch.full(stats.has_pos.shape, float(boost), dtype=torch.float32)
-    no_pos, no_neg = (high, low) if variant == "vl" else (low, high)
-    w = torch.where(stats.advantageous, high, low)
-    w = torch.where(stats.has_pos & ~stats.has_usable_neg, no_neg, w)
-    return torch.where(~stats.has_pos, no_pos, w)
+    w = rule(stats, float(lam), float(boost))
+    if not isinstance(w, torch.Tensor) or tuple(w.shape) != tuple(stats.has_pos.shape):
+        raise ValueError(f"ADORA rule {variant!r} returned {getattr(w, 'shape', type(w).__name__)}; accepted: a "
+                         f"tensor of shape {list(stats.has_pos.shape)} (one weight per group)")
+    return w.float()
 
 
 def adora_weights(
@@ -85,10 +142,10 @@ def adora_weights(
     lengths,
     truncated=None,
     *,
-    variant: str = "llm",
-    positive_threshold: float = 0.5,
-    lam: float = 0.1,
-    boost: float = 1.0,
+    variant: str = AdoraConfig.variant,
+    positive_threshold: float = AdoraConfig.positive_threshold,
+    lam: float = AdoraConfig.lam,
+    boost: float = AdoraConfig.boost,
     max_length=None,
 ) -> torch.Tensor:
     """One ADORA weight per prompt group.
@@ -213,33 +270,7 @@ class _ValidatedWeightFunc:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Configuration and the one entry point the trainers call
-
-
-@dataclass(frozen=True)
-class AdoraConfig:
-    """ADORA settings, built once from the parsed flags (--adora.*)."""
-
-    enable: bool = False
-    variant: str = "llm"
-    lam: float = 0.1
-    boost: float = 1.0
-    positive_threshold: float = 0.5
-    start_step: int = 0
-    end_step: int = -1
-    weight_func: Optional[str] = None  # "path.py:function"; replaces the built-in rule
-
-    def __post_init__(self):
-        check_choice("adora.variant", self.variant, VARIANTS)
-        check_finite("adora.lam", self.lam, minimum=0.0)
-        check_finite("adora.boost", self.boost, minimum=0.0)
-        check_finite("adora.positive_threshold", self.positive_threshold)
-        check_int("adora.start_step", self.start_step, 0)
-        check_int("adora.end_step", self.end_step, -1)
-        if self.end_step != -1 and self.end_step <= self.start_step:
-            raise ValueError(
-                f"adora.end_step={self.end_step} must be -1 (forever) or > adora.start_step={self.start_step}"
-            )
+# The one entry point the trainers call
 
 
 def sample_weights(
@@ -272,8 +303,8 @@ def sample_weights(
     return w.reshape(P, -1).expand(P, n).contiguous()
 
 
-def adora_metrics(stats: GroupStats, weights: torch.Tensor, boost: float = 1.0) -> Dict[str, float]:
-    """Spec section 3, per step: mean weight, share of groups attenuated (weight below `boost`: the groups the
+def adora_metrics(stats: GroupStats, weights: torch.Tensor, boost: float = AdoraConfig.boost) -> Dict[str, float]:
+    """The ADORA metrics of one step: mean weight, share of groups attenuated (weight below `boost`: the groups the
     built-in rule gives lam), share with no positive, share with no usable (non-truncated) negative.
     `weights` is [P] or [P, n]."""
     w = weights.reshape(weights.shape[0], -1).float().mean(-1)

@@ -1,10 +1,12 @@
-"""Reinforce-Ada: adaptive multi-round sampling per prompt (spec section 2).
+"""Reinforce-Ada: adaptive multi-round sampling per prompt.
 
 Each prompt of a step is sampled round after round (the first round may have its own size) until its pool of
-scored samples meets the exit rule, or until max_rounds:
+scored samples meets the exit rule (`--ada.mode`, one registered function each), or until max_rounds:
 
     balance:  #positive >= floor(n/2)  and  #negative >= n - floor(n/2)
     pos:      #positive >= 1
+
+A new exit rule is one function decorated with `@register_exit_rule(name, help)` (see registry.py).
 
 The trained group of n is then picked from the whole pool (k_pos = min(floor(n/2), #pos) positives, k_neg =
 min(n - k_pos, #neg) negatives, topped up with remaining positives first, then negatives; earliest generated first
@@ -38,8 +40,8 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 
 from openrlhf_ada.algorithms._checks import check_choice, check_finite, check_int
 from openrlhf_ada.algorithms.history import HistoryConfig, PromptHistory, round_schedule
+from openrlhf_ada.algorithms.registry import Registry
 
-MODES = ("balance", "pos")
 SELECTION_POLICIES = ("first", "random")
 UNRESOLVED_POLICIES = ("keep", "drop")
 BASELINES = ("pool", "group")
@@ -47,15 +49,30 @@ SCHEDULES = ("async", "sync")
 CANCEL_ORDERS = ("arrival", "request")
 
 
+#: Exit rules by name (`--ada.mode`): fn(num_pos, num_neg, n) -> bool, on the prompt's whole pool.
+EXIT_RULES = Registry("exit rule")
+register_exit_rule = EXIT_RULES.register
+
+
+@register_exit_rule("balance", ">= floor(n/2) correct and >= n - floor(n/2) wrong")
+def balance_rule(num_pos: int, num_neg: int, n: int) -> bool:
+    """Enough of each class for the balanced group of n: floor(n/2) positives and n - floor(n/2) negatives."""
+    return num_pos >= n // 2 and num_neg >= n - n // 2
+
+
+@register_exit_rule("pos", ">= 1 correct")
+def pos_rule(num_pos: int, num_neg: int, n: int) -> bool:
+    """At least one positive."""
+    return num_pos >= 1
+
+
 def exit_reached(num_pos: int, num_neg: int, *, mode: str, n: int) -> bool:
-    """The exit rule on a pool with `num_pos` positives and `num_neg` negatives, for final group size n."""
-    check_choice("mode", mode, MODES)
+    """The exit rule `mode` on a pool with `num_pos` positives and `num_neg` negatives, for final group size n."""
+    rule = EXIT_RULES.get(mode, "mode")
     check_int("n", n, 2)
     check_int("num_pos", num_pos, 0)
     check_int("num_neg", num_neg, 0)
-    if mode == "pos":
-        return num_pos >= 1
-    return num_pos >= n // 2 and num_neg >= n - n // 2
+    return bool(rule(num_pos, num_neg, n))
 
 
 def make_rng(seed: int, *keys) -> random.Random:
@@ -65,7 +82,7 @@ def make_rng(seed: int, *keys) -> random.Random:
 
 
 def select_group(
-    is_positive: Sequence[bool], n: int, *, policy: str = "first", rng: Union[random.Random, int, None] = None
+    is_positive: Sequence[bool], n: int, *, policy: str = SELECTION_POLICIES[0], rng: Union[random.Random, int, None] = None
 ) -> List[int]:
     """Indices (into the pool, in generation order) of the n samples to train on, returned in ascending order.
 
@@ -98,7 +115,6 @@ class AdaConfig:
     """Reinforce-Ada settings, built once from the parsed flags (--ada.*). n is --rollout.n_samples_per_prompt."""
 
     n: int
-    enable: bool = True
     mode: str = "balance"
     round_size: Optional[int] = None  # M, default 2n
     first_round_size: Optional[int] = None  # default round_size
@@ -112,13 +128,13 @@ class AdaConfig:
     cancel: bool = False  # check the exit rule after every sample and cancel the rest of the round once it holds
     cancel_order: str = "arrival"  # samples enter the pool as they arrive, or in request order (no length bias)
     history: bool = False  # per-prompt first round size and skips from earlier epochs (history.py)
-    history_target: float = 0.0  # 0: no first-round sizing (measured to cost tokens; see history.py)
-    history_skip: float = 0.5
-    history_window: int = 1
+    history_target: float = HistoryConfig.target  # 0: no first-round sizing (measured to cost tokens; history.py)
+    history_skip: float = HistoryConfig.skip
+    history_window: int = HistoryConfig.window
 
     def __post_init__(self):
         check_int("n (--rollout.n_samples_per_prompt)", self.n, 2)
-        check_choice("ada.mode", self.mode, MODES)
+        check_choice("ada.mode", self.mode, EXIT_RULES.names())
         if self.round_size is not None:
             check_int("ada.round_size", self.round_size, 1)
         if self.first_round_size is not None:
@@ -417,7 +433,7 @@ class PromptPool:
 
 
 def step_metrics(pools: Sequence[PromptPool], max_rounds: int, skipped: int = 0) -> dict:
-    """Spec section 3 metrics for one step, from the pools of every prompt processed in it (dropped and failed
+    """The Reinforce-Ada metrics of one step, from the pools of every prompt processed in it (dropped and failed
     prompts included). A kept group has non-zero advantage unless its rewards are all equal; eta is the share of
     generated tokens that belong to kept samples of such groups (tokens of cancelled requests included).
     With --ada.cancel or --ada.history on, also: cancelled requests and their tokens, discarded samples, and
@@ -490,14 +506,14 @@ def simulate(
     round_size: int,
     max_rounds: int,
     mode: str,
-    positive_threshold: float = 0.5,
+    positive_threshold: float = AdaConfig.positive_threshold,
     first_round_size: Optional[int] = None,
-    unresolved: str = "keep",
-    selection: str = "first",
+    unresolved: str = AdaConfig.unresolved,
+    selection: str = AdaConfig.selection,
     seed: int = 0,
     length_streams: Optional[Sequence[Sequence[int]]] = None,
-    cancel: bool = False,
-    cancel_order: str = "arrival",
+    cancel: bool = AdaConfig.cancel,
+    cancel_order: str = AdaConfig.cancel_order,
     history: Optional[PromptHistory] = None,
     prompt_keys: Optional[Sequence[str]] = None,
     epoch: int = 0,
