@@ -1,4 +1,4 @@
-"""Advantage computation overhead: the project's `AdaExperienceMaker` against upstream's `RemoteExperienceMaker`.
+"""Advantage computation overhead: the project's `AdoraPoolExperienceMaker` against upstream's `RemoteExperienceMaker`.
 
     python benchmarks/advantage_overhead.py                     # 512 prompts x {4, 32} samples x 1024 tokens
     python benchmarks/advantage_overhead.py --samples 4 --reps 3 --no-write
@@ -50,7 +50,7 @@ from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker  #
 from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController  # noqa: E402
 
 from openrlhf_ada.cli.train_ppo_ray import parse_args  # noqa: E402
-from openrlhf_ada.trainer.ppo_utils.experience_maker import AdaExperienceMaker  # noqa: E402
+from openrlhf_ada.trainer.ppo_utils.experience_maker import AdoraPoolExperienceMaker  # noqa: E402
 
 SECTION = "advantage_overhead"
 TARGET = 1.05
@@ -146,7 +146,7 @@ def run_overhead(
     makers = {}
     for n, est in settings:
         makers[(n, est)] = {
-            "ours": make_maker(AdaExperienceMaker, make_args(est, n, micro_batch_size, True)),
+            "ours": make_maker(AdoraPoolExperienceMaker, make_args(est, n, micro_batch_size, True)),
             "upstream": make_maker(RemoteExperienceMaker, make_args(est, n, micro_batch_size, False)),
             "control": make_maker(RemoteExperienceMaker, make_args(est, n, micro_batch_size, False)),
         }
@@ -221,7 +221,7 @@ def profile_split(*, prompts: int, n: int, max_tokens: int, estimator: str, micr
     out = {"estimator": estimator, "samples_per_prompt": n}
     upstream_file = os.path.join("openrlhf", "trainer", "ppo_utils", "experience_maker.py")
     selectors = {
-        "ours": (AdaExperienceMaker, True, lambda f, name: f"{os.sep}openrlhf_ada{os.sep}" in f),
+        "ours": (AdoraPoolExperienceMaker, True, lambda f, name: f"{os.sep}openrlhf_ada{os.sep}" in f),
         "upstream": (RemoteExperienceMaker, False,
                      lambda f, name: f.endswith(upstream_file) and name == "compute_advantages_and_returns"),
     }
@@ -329,7 +329,7 @@ def main(argv=None) -> int:
             f"Machine: {machine()}, torch threads {args.threads}  ",
             f"Date: {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}",
             "",
-            "`RemoteExperienceMaker.compute_advantages_and_returns` (upstream 0.11.2) against `AdaExperienceMaker` with "
+            "`RemoteExperienceMaker.compute_advantages_and_returns` (upstream 0.11.2) against `AdoraPoolExperienceMaker` with "
             "`--adora.enable --ada.enable --ada.baseline pool` on identical Experience micro-batches "
             f"({args.micro_batch_size} samples each, response lengths uniform in 1..{args.tokens}, KL zeros). "
             f"Both run back to back on fresh copies, order alternating; {args.reps} repetitions; a ratio is the median "

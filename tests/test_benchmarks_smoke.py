@@ -155,10 +155,10 @@ def test_advantage_overhead_core_runs_on_a_tiny_batch():
 def test_advantage_overhead_measures_the_adora_and_pool_path():
     """The timed `ours` call really takes the ADORA + pool-baseline path on the benchmark's Experiences."""
     ao = load("advantage_overhead")
-    from openrlhf_ada.trainer.ppo_utils.experience_maker import AdaExperienceMaker
+    from openrlhf_ada.trainer.ppo_utils.experience_maker import AdoraPoolExperienceMaker
 
     batch = ao.Batch(prompts=3, n=4, max_tokens=8, micro_batch_size=4)
-    maker = ao.make_maker(AdaExperienceMaker, ao.make_args("dr_grpo", 4, 4, ours=True))
+    maker = ao.make_maker(AdoraPoolExperienceMaker, ao.make_args("dr_grpo", 4, 4, ours=True))
     assert maker.uses_pool_baseline and maker.adora_active
     out = maker.compute_advantages_and_returns(batch.experiences())
     assert all("adora_weight" in e.info and e.advantages.shape == e.action_mask.shape for e in out)

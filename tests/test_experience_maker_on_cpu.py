@@ -1,4 +1,4 @@
-"""AdaExperienceMaker on real OpenRLHF `Experience` objects: bit-for-bit upstream with the features off, ADORA on
+"""AdoraPoolExperienceMaker on real OpenRLHF `Experience` objects: bit-for-bit upstream with the features off, ADORA on
 every estimator upstream offers, the pool baseline against hand-derived values."""
 
 import itertools
@@ -10,7 +10,7 @@ from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
 from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
 
 from openrlhf_ada.cli.train_ppo_ray import parse_args
-from openrlhf_ada.trainer.ppo_utils.experience_maker import AdaExperienceMaker
+from openrlhf_ada.trainer.ppo_utils.experience_maker import AdoraPoolExperienceMaker
 
 ESTIMATORS = ["gae", "reinforce", "rloo", "reinforce_baseline", "group_norm", "dr_grpo", "flash_reinforce"]
 N = 4
@@ -57,7 +57,7 @@ def make_experiences(pool=None, kl_scale=0.0, seed=0):
 
 def run(cls, args, experiences, step=1):
     maker = cls(None, None, None, None, FixedKLController(0.01), type("S", (), {"args": args})(), None)
-    if isinstance(maker, AdaExperienceMaker):
+    if isinstance(maker, AdoraPoolExperienceMaker):
         maker.global_step = step
     return maker.compute_advantages_and_returns(experiences)
 
@@ -75,7 +75,7 @@ def per_sample_advantage(experiences):
 @pytest.mark.parametrize("estimator", ESTIMATORS)
 def test_bit_for_bit_upstream_with_features_off(estimator):
     args = make_args(estimator)
-    ours = run(AdaExperienceMaker, args, make_experiences(kl_scale=0.1))
+    ours = run(AdoraPoolExperienceMaker, args, make_experiences(kl_scale=0.1))
     theirs = run(RemoteExperienceMaker, make_args(estimator), make_experiences(kl_scale=0.1))
     for a, b in zip(ours, theirs):
         assert torch.equal(a.advantages, b.advantages) and torch.equal(a.returns, b.returns)
@@ -87,7 +87,7 @@ def test_adora_multiplies_final_advantages_of_every_estimator(estimator):
     """ADORA = upstream's final advantages (after baseline, normalisation and whitening) x the hand-derived weight,
     token by token; critic returns are untouched."""
     theirs = run(RemoteExperienceMaker, make_args(estimator), make_experiences(kl_scale=0.1))
-    ours = run(AdaExperienceMaker, make_args(estimator, "--adora.enable"), make_experiences(kl_scale=0.1))
+    ours = run(AdoraPoolExperienceMaker, make_args(estimator, "--adora.enable"), make_experiences(kl_scale=0.1))
     for a, b in zip(ours, theirs):
         w = torch.tensor([WEIGHTS[i] for i in a.index]).unsqueeze(-1)
         assert torch.allclose(a.advantages, b.advantages * w, atol=1e-7)
@@ -99,24 +99,24 @@ def test_adora_multiplies_final_advantages_of_every_estimator(estimator):
 
 def test_adora_by_hand_dr_grpo():
     # dr_grpo: r - group mean; prompt 0 mean 0.25, prompt 1 mean 0.75; then x [1, 0.1]
-    out = run(AdaExperienceMaker, make_args("dr_grpo", "--adora.enable"), make_experiences())
+    out = run(AdoraPoolExperienceMaker, make_args("dr_grpo", "--adora.enable"), make_experiences())
     expected = [0.75, -0.25, -0.25, -0.25, 0.025, 0.025, -0.075, 0.025]
     assert per_sample_advantage(out) == pytest.approx(expected, abs=1e-6)
 
 
 def test_adora_only_inside_its_steps():
     args = make_args("dr_grpo", "--adora.enable", "--adora.start_step", "3", "--adora.end_step", "5")
-    plain = per_sample_advantage(run(AdaExperienceMaker, make_args("dr_grpo"), make_experiences()))
-    assert per_sample_advantage(run(AdaExperienceMaker, args, make_experiences(), step=2)) == pytest.approx(plain)
-    weighted = per_sample_advantage(run(AdaExperienceMaker, args, make_experiences(), step=3))
+    plain = per_sample_advantage(run(AdoraPoolExperienceMaker, make_args("dr_grpo"), make_experiences()))
+    assert per_sample_advantage(run(AdoraPoolExperienceMaker, args, make_experiences(), step=2)) == pytest.approx(plain)
+    weighted = per_sample_advantage(run(AdoraPoolExperienceMaker, args, make_experiences(), step=3))
     assert weighted == pytest.approx([a * w for a, w in zip(plain, WEIGHTS)], abs=1e-6)
-    assert per_sample_advantage(run(AdaExperienceMaker, args, make_experiences(), step=5)) == pytest.approx(plain)
+    assert per_sample_advantage(run(AdoraPoolExperienceMaker, args, make_experiences(), step=5)) == pytest.approx(plain)
 
 
 def test_adora_with_a_custom_weight_function(tmp_path):
     path = tmp_path / "w.py"
     path.write_text("def weight(scores, rewards, lengths, truncated, step):\n    return lengths / 10\n")
-    out = run(AdaExperienceMaker, make_args("dr_grpo", "--adora.enable", "--adora.weight_func", f"{path}:weight"),
+    out = run(AdoraPoolExperienceMaker, make_args("dr_grpo", "--adora.enable", "--adora.weight_func", f"{path}:weight"),
               make_experiences())
     base = [0.75, -0.25, -0.25, -0.25, 0.25, 0.25, -0.75, 0.25]
     assert per_sample_advantage(out) == pytest.approx([a * L / 10 for a, L in zip(base, LENGTHS)], abs=1e-6)
@@ -141,12 +141,12 @@ ADA = ["--ada.enable", "--ada.baseline", "pool"]
     ],
 )
 def test_pool_baseline_by_hand(estimator, expected):
-    out = run(AdaExperienceMaker, make_args(estimator, *ADA), make_experiences(pool=POOL))
+    out = run(AdoraPoolExperienceMaker, make_args(estimator, *ADA), make_experiences(pool=POOL))
     assert per_sample_advantage(out) == pytest.approx(expected, rel=1e-5)
 
 
 def test_pool_baseline_reinforce_baseline_is_whitened_like_upstream():
-    out = run(AdaExperienceMaker, make_args("reinforce_baseline", *ADA), make_experiences(pool=POOL))
+    out = run(AdoraPoolExperienceMaker, make_args("reinforce_baseline", *ADA), make_experiences(pool=POOL))
     raw = torch.tensor([7 / 8, -1 / 8, -1 / 8, -1 / 8, 0.25, 0.25, -0.75, 0.25])
     tokens = torch.cat([raw[i].repeat(LENGTHS[i]) for i in range(8)])  # whitening is over action tokens
     expected = (raw - tokens.mean()) / tokens.var(unbiased=False).sqrt()
@@ -159,7 +159,7 @@ def test_pool_equal_to_kept_group_reproduces_upstream(estimator):
     returns, whitening) must give upstream's numbers: it is the same computation with another baseline."""
     r = torch.tensor(REWARDS).reshape(2, N)
     kept = {"ada_pool_count": [N, N], "ada_pool_mean": r.mean(-1).tolist(), "ada_pool_std": r.std(-1).tolist()}
-    ours = run(AdaExperienceMaker, make_args(estimator, *ADA), make_experiences(pool=kept, kl_scale=0.1))
+    ours = run(AdoraPoolExperienceMaker, make_args(estimator, *ADA), make_experiences(pool=kept, kl_scale=0.1))
     theirs = run(RemoteExperienceMaker, make_args(estimator), make_experiences(kl_scale=0.1))
     for a, b in zip(ours, theirs):
         assert torch.allclose(a.advantages, b.advantages, atol=1e-5)
@@ -168,16 +168,16 @@ def test_pool_equal_to_kept_group_reproduces_upstream(estimator):
 
 
 def test_pool_baseline_with_adora_and_missing_pool_stats():
-    out = run(AdaExperienceMaker, make_args("dr_grpo", *ADA, "--adora.enable"), make_experiences(pool=POOL))
+    out = run(AdoraPoolExperienceMaker, make_args("dr_grpo", *ADA, "--adora.enable"), make_experiences(pool=POOL))
     pool_only = [7 / 8, -1 / 8, -1 / 8, -1 / 8, 0.25, 0.25, -0.75, 0.25]
     assert per_sample_advantage(out) == pytest.approx([a * w for a, w in zip(pool_only, WEIGHTS)], rel=1e-5)
     with pytest.raises(RuntimeError, match="ada_pool_count"):
-        run(AdaExperienceMaker, make_args("dr_grpo", *ADA), make_experiences())
+        run(AdoraPoolExperienceMaker, make_args("dr_grpo", *ADA), make_experiences())
 
 
 def test_every_sample_keeps_its_index_mapping():
     """Scrambled micro-batches: each sample's advantage follows its own index, not its position."""
-    out = run(AdaExperienceMaker, make_args("dr_grpo", "--adora.enable"), make_experiences())
+    out = run(AdoraPoolExperienceMaker, make_args("dr_grpo", "--adora.enable"), make_experiences())
     got = {i: e.advantages[row, 0].item() for e in out for row, i in enumerate(e.index)}
     assert sorted(got) == list(range(8))
     assert list(itertools.chain.from_iterable(e.index for e in out)) == [5, 0, 3, 6, 1, 7, 2, 4]
@@ -213,7 +213,7 @@ def test_pool_statistics_include_length_penalties(estimator, expected):
         e.info.update(ada_pool_count=torch.tensor([float(pool.count)]), ada_pool_mean=torch.tensor([pool.mean]),
                       ada_pool_std=torch.tensor([pool.std]))
     batch = [Experience.concat_experiences(kept, 0)]
-    ours = run(AdaExperienceMaker, args, batch)
+    ours = run(AdoraPoolExperienceMaker, args, batch)
     assert per_sample_advantage(ours) == pytest.approx(expected, abs=1e-5)
     upstream = run(RemoteExperienceMaker, make_args(estimator, "--reward.stop_properly_penalty_coef", "-0.5"),
                    [Experience.concat_experiences(samples(), 0)])
@@ -225,5 +225,5 @@ def test_per_prompt_values_leave_info_once_used():
     mean nothing averaged, so they are gone once the advantages are computed (features on or off)."""
     extra = dict(POOL, ada_pool_index=[0, 1], ada_samples=[8, 4])
     for flags in (ADA, ()):
-        out = run(AdaExperienceMaker, make_args("dr_grpo", *flags), make_experiences(pool=extra))
+        out = run(AdoraPoolExperienceMaker, make_args("dr_grpo", *flags), make_experiences(pool=extra))
         assert not [k for e in out for k in e.info if k.startswith(("ada_pool", "ada_samples"))]

@@ -1,5 +1,5 @@
 """Group baselines for the estimators OpenRLHF 0.11.2 computes per prompt group, from the kept group's own rewards
-("group", upstream's behaviour) or from the whole Reinforce-Ada pool of the prompt ("pool", spec section 2.6):
+("group", upstream's behaviour) or from the whole Reinforce-Ada pool of the prompt ("pool", docs/algorithms.md):
 
     estimator            group statistics (kept n)              pool statistics (all samples of the step)
     rloo                 r_i - (sum_n - r_i) / (n - 1)          r_i - (pool_sum - r_i) / (pool_count - 1)
@@ -8,8 +8,8 @@
     group_norm           (r_i - mean_n) / (std_n + eps)         (r_i - pool_mean) / (pool_std + eps)
 
 std is the unbiased standard deviation, eps = 1e-9 as upstream. Inputs are [P, n] rewards and [P] pool statistics.
-A kept group whose rewards are all equal gets zero advantage under the pool baseline too (spec: "a kept group
-whose rewards are all equal has zero advantage"); with shaped rewards the pool mean could otherwise differ.
+A kept group whose rewards are all equal gets zero advantage under the pool baseline too (such a group carries no
+signal, and the metrics count it so); with shaped rewards the pool mean could otherwise differ.
 """
 
 from __future__ import annotations

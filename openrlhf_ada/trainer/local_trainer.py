@@ -4,7 +4,7 @@ One step, read top to bottom in `LocalTrainer.step`:
 1. generate: `AdaSamplesGenerator` (Reinforce-Ada rounds, or upstream's fixed n) dispatching to one rollout engine
    (OpenRLHF's RolloutRayActor on vLLM, or the transformers-backed HFRolloutActor) in a local Ray;
 2. score the samples under the current policy (and the frozen reference when KL is on), as upstream's
-   make_experience does, then `AdaExperienceMaker.compute_advantages_and_returns` (estimators, ADORA, pool baseline);
+   make_experience does, then `AdoraPoolExperienceMaker.compute_advantages_and_returns` (estimators, ADORA, pool baseline);
 3. update: upstream's `PolicyLoss` (clipping, token-mean), AdamW, gradient clipping, optional KL loss;
 4. the engine loads the new weights (a safetensors file), metrics go to JSONL / tensorboard / wandb (with the reward
    file's own extra_logs as `reward_file/*` and the signal checks of openrlhf_ada.utils.signal_watch, whose
@@ -49,7 +49,8 @@ from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from openrlhf_ada.trainer.ppo_utils.experience_maker import AdaExperienceMaker
+from openrlhf_ada.trainer.ppo_utils.experience_maker import AdoraPoolExperienceMaker
+from openrlhf_ada.trainer.ppo_utils.sample_failures import rewards_of, sample_score
 from openrlhf_ada.trainer.ppo_utils.samples_generator import AdaSamplesGenerator
 from openrlhf_ada.utils.checkpoint_dir import find_checkpoint, remove_checkpoint, write_checkpoint
 from openrlhf_ada.utils.heldout import ACCURACY, EvalLoader, describe, heldout_metrics
@@ -136,7 +137,7 @@ def sequence_log_probs(model, experience: Experience) -> torch.Tensor:
 
 def group_signal(samples: List[Experience], n: int) -> List[bool]:
     """Per group of n consecutive samples: do the rewards differ (non-zero advantage under any group baseline)?"""
-    rewards = [float(s.rewards.reshape(-1)[0]) for s in samples]
+    rewards = rewards_of(samples)
     return [len(set(rewards[i : i + n])) > 1 for i in range(0, len(rewards), n)]
 
 
@@ -152,7 +153,7 @@ class LocalTrainer:
                                              eval_dataloader=self.eval_loader, tokenizer=tokenizer,
                                              vllm_engines=[engine])
         self.kl_ctl = FixedKLController(args.algo.kl.init_coef)
-        self.maker = AdaExperienceMaker(None, None, None, None, self.kl_ctl, self.strategy, tokenizer)
+        self.maker = AdoraPoolExperienceMaker(None, None, None, None, self.kl_ctl, self.strategy, tokenizer)
         actor = args.actor
         self.optimizer = torch.optim.AdamW(policy.parameters(), lr=actor.adam.lr, betas=tuple(actor.adam.betas),
                                            weight_decay=actor.adam.weight_decay)
@@ -343,7 +344,7 @@ class LocalTrainer:
         openrlhf_ada.utils.signal_watch; their warnings go to the driver's stderr."""
         infos = [s.info for s in samples]
         self.signal_state, metrics, warnings = observe(
-            self.signal_state, step=step, rewards=[float(s.rewards.reshape(-1)[0]) for s in samples], infos=infos,
+            self.signal_state, step=step, rewards=rewards_of(samples), infos=infos,
             labels=[s.labels[0] for s in samples])
         for warning in warnings:
             tqdm.write(f"[train_local] {warning}", file=sys.stderr)
@@ -410,8 +411,8 @@ class LocalTrainer:
     def step_metrics(self, samples, experiences, n, train_stats, t_gen, t_train) -> Dict[str, float]:
         """The standard keys of openrlhf_ada.utils.metrics_log for every run, plus the algorithms' own metrics."""
         threshold = self.args.ada.positive_threshold
-        rewards = torch.tensor([float(s.rewards.reshape(-1)[0]) for s in samples])
-        scores = torch.tensor([float((s.scores if s.scores is not None else s.rewards).reshape(-1)[0]) for s in samples])
+        rewards = torch.tensor(rewards_of(samples))
+        scores = torch.tensor([sample_score(s) for s in samples])
         lengths = torch.tensor([float(s.response_length.reshape(-1)[0]) for s in samples])
         signal_groups = group_signal(samples, n)
         gen = self.generator.last_metrics if self.generator.rounds is not None else {}  # n = 1: upstream's path

@@ -1,4 +1,4 @@
-"""`AdaPPOTrainer`: upstream's PPOTrainer Ray actor, using AdaSamplesGenerator and AdaExperienceMaker.
+"""`AdaPPOTrainer`: upstream's PPOTrainer Ray actor, using AdaSamplesGenerator and AdoraPoolExperienceMaker.
 
 A `@ray.remote` class cannot be subclassed, so the plain class is taken from `PPOTrainer.__ray_actor_class__`,
 subclassed, and wrapped with `ray.remote` again. The launcher puts the result where upstream's `train()` looks for
@@ -14,8 +14,9 @@ from openrlhf.trainer.ppo_trainer import PPOTrainer
 from openrlhf.utils.logging_utils import init_logger
 
 from openrlhf_ada.trainer.ppo_utils.batching import data_parallel_unit
-from openrlhf_ada.trainer.ppo_utils.experience_maker import AdaExperienceMaker
+from openrlhf_ada.trainer.ppo_utils.experience_maker import AdoraPoolExperienceMaker
 from openrlhf_ada.trainer.ppo_utils.loader_state import LoaderWithSamplerState
+from openrlhf_ada.trainer.ppo_utils.sample_failures import rewards_of
 from openrlhf_ada.trainer.ppo_utils.samples_generator import AdaSamplesGenerator
 from openrlhf_ada.trainer.ray.engine_health import lost_engines_message, probe_engines
 from openrlhf_ada.utils.metrics_log import MetricsWriter, keep_rows_up_to, read_metrics, standardize
@@ -25,13 +26,13 @@ logger = init_logger(__name__)
 
 
 class AdaTrainerMixin:
-    """For classes built on BasePPOTrainer: swap in AdaExperienceMaker, tell it which step it is computing, stop on
+    """For classes built on BasePPOTrainer: swap in AdoraPoolExperienceMaker, tell it which step it is computing, stop on
     a lost rollout engine before the weight sync would wait for it, watch the training signal, and write
     <ckpt.path>/metrics.jsonl."""
 
-    def _install_ada_experience_maker(self) -> None:
+    def _install_experience_maker(self) -> None:
         upstream = self.experience_maker
-        self.experience_maker = AdaExperienceMaker(
+        self.experience_maker = AdoraPoolExperienceMaker(
             upstream.actor_model_group,
             upstream.critic_model_group,
             upstream.reward_model_group,
@@ -75,7 +76,7 @@ class AdaTrainerMixin:
         self._stop_on_lost_engines()
         step = global_step + 1  # the step this update will be logged as
         self.experience_maker.global_step = step
-        rewards = [float(s.rewards.reshape(-1)[0]) for s in rollout_samples if s.rewards is not None]
+        rewards = [r for r in rewards_of(rollout_samples) if r is not None]
         self._signal_state, signal_metrics, warnings = observe(
             self._signal_state, step=step, rewards=rewards, infos=[s.info for s in rollout_samples],
             labels=[s.labels[0] for s in rollout_samples])
@@ -135,7 +136,7 @@ class _AdaPPOTrainer(AdaTrainerMixin, PPOTrainer.__ray_actor_class__):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         install_cluster_samples_generator(self)
-        self._install_ada_experience_maker()
+        self._install_experience_maker()
 
 
 AdaPPOTrainer = ray.remote(_AdaPPOTrainer)

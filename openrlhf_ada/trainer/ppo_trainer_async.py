@@ -21,7 +21,7 @@ _UpstreamTrainingActor = upstream.TrainingActor.__ray_actor_class__
 class _AdaTrainingActor(AdaTrainerMixin, _UpstreamTrainingActor):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._install_ada_experience_maker()
+        self._install_experience_maker()
 
     def broadcast_to_vllm(self):
         """Upstream's, called explicitly. Ray ships an actor class with every inherited method copied into it, and

@@ -1,4 +1,4 @@
-"""`AdaExperienceMaker`: upstream's RemoteExperienceMaker with ADORA weights and the Reinforce-Ada pool baseline.
+"""`AdoraPoolExperienceMaker`: upstream's RemoteExperienceMaker with ADORA weights and the Reinforce-Ada pool baseline.
 
 Only `compute_advantages_and_returns` changes:
 - neither feature active at this step: upstream's method, untouched (bit-for-bit);
@@ -53,7 +53,7 @@ class RolloutOrder:
         return list(grouped.reshape(-1)[self.indices].split(self.lengths))
 
 
-class AdaExperienceMaker(RemoteExperienceMaker):
+class AdoraPoolExperienceMaker(RemoteExperienceMaker):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.adora = adora_config(self.args)

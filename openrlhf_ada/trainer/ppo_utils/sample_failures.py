@@ -20,6 +20,11 @@ def scalar(value: Optional[torch.Tensor]) -> Optional[float]:
     return None if value is None else float(value.reshape(-1)[0].item())
 
 
+def rewards_of(samples: List[Experience]) -> List[Optional[float]]:
+    """Each sample's reward as a number, in order (None where the reward failed)."""
+    return [scalar(s.rewards) for s in samples]
+
+
 def sample_score(e: Experience) -> Optional[float]:
     """The verifier outcome that classifies a sample (its score; its reward when the reward file gives no score)."""
     return scalar(e.scores) if e.scores is not None else scalar(e.rewards)
