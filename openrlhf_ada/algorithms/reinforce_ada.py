@@ -20,12 +20,11 @@ Two options beyond the authors' algorithm (both off by default; off, everything 
 - **cancel** (`--ada.cancel`): a round's samples are fed one at a time as they finish (`start_round`,
   `add_sample`, `end_round`); the exit rule is checked after each, and once it holds `add_sample` returns True:
   the prompt's outstanding requests of the round should be cancelled. Rounds stay the budget cap and the schedule.
-  Samples enter the pool in the order they arrive (`cancel_order="arrival"`: stops soonest, but finishing first
-  means being short, so the kept samples are biased short), or in the order the requests were made
-  (`"request"`: the rule is checked on the longest run of finished requests from the round's first, so the
-  stopping decision never depends on lengths and each class's kept samples have that class's length
-  distribution; it stops later). Samples still arriving after the stop are `discarded` (they cost tokens but
-  do not enter the pool), and the tokens the cancelled requests had generated count as generated.
+  Samples enter the pool in the order they arrive (`cancel_order="arrival"`), or in the order the requests were
+  made (`"request"`: the rule is checked on the longest run of finished requests from the round's first); the
+  length bias this trades against the tokens saved is explained in docs/algorithms.md. Samples still arriving
+  after the stop are `discarded` (they cost tokens but do not enter the pool), and the tokens the cancelled
+  requests had generated count as generated.
 - **history** (`--ada.history`, see `history.py`): a prompt can get its own first round size from what it showed
   in earlier epochs (`PromptPool(first_round=...)`; the rest of the cap is spread over the remaining rounds), or be
   skipped.

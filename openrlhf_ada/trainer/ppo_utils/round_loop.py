@@ -11,9 +11,34 @@
     build      the experiences the trainer gets: n per accepted prompt, in the order drawn, with pool statistics
 
 Every per-prompt decision is the prompt's `PromptPool` (openrlhf_ada/algorithms/reinforce_ada.py); this module only
-moves data between the pools and the engines. Streaming (--ada.cancel) and batch feeding differ in `dispatch` and
-`collect` only: streaming opens a round with `start_round` and feeds samples one by one, batch feeds the round
-whole with `add_round`. docs/algorithms.md explains the cancel order and its trade-off.
+moves data between the pools and the engines:
+
+- rounds go out through upstream's `_dispatch_prompts_to_vllm` (its least-loaded-engine balancing) with
+  `n_samples_per_prompt` set to the round size, and come back through `_process_response_into_experience`;
+- schedule `async` (default): a prompt's next round is dispatched as soon as its previous round is scored; `sync`:
+  every active prompt's round finishes before any next round starts (the authors' scheduling). Both give the same
+  per-prompt outcome for the same rewards;
+- a sample without a reward (upstream swallows reward-function exceptions and leaves reward=None) is counted as
+  failed and never enters a group; its round still completes. Failed rewards stop the step as soon as enough
+  samples are back to judge (`--fault.max_failed_share`), and a step draws at most one batch of replacements for
+  prompts lost to them;
+- dropped prompts (`--ada.unresolved drop`), prompts that cannot form a group (too many failed samples) and groups
+  removed by `--algo.dynamic_filtering_enable` (applied to the selected group) are replaced from the dataloader;
+  when it runs out, every group already accepted is returned;
+- with `--ada.history`, the generator's `PromptHistory` (keyed by `prompt_key`, the sha256 of the prompt text)
+  plans every prompt as it is drawn: a skipped prompt is counted (`ada/skipped_prompts`) and the next one taken;
+  the others get their first round from the plan. Each finished pool is recorded for the current epoch;
+- exactly n samples per accepted prompt, contiguous, in the order the prompts were drawn; each sample's `info`
+  carries the pool statistics (for the pool baseline) and the step's Reinforce-Ada metrics (for logging).
+
+Streaming (`--ada.cancel`) and batch feeding differ in `dispatch` and `collect` only. Streaming sends each round
+of a prompt as one Ray streaming call, `generate_stream` of the project's engine actor
+(openrlhf_ada/trainer/ray/vllm_engine.py), to the engine upstream's least-loaded choice picks; the samples come
+back one at a time as they are generated and scored, each going into the pool at once (`PromptPool.add_sample`).
+When the pool says the prompt is resolved, `cancel_stream` aborts the round's outstanding requests; the stream's
+last message says how many were cancelled and the tokens they had generated, which close the round (`end_round`).
+A lost engine's requests that had not come back run again on another one. docs/algorithms.md explains the cancel
+order and its trade-off.
 """
 
 from __future__ import annotations

@@ -1,41 +1,16 @@
 """`AdaSamplesGenerator`: upstream's SamplesGenerator with Reinforce-Ada's adaptive multi-round sampling.
 
-Only the training generation step changes (`_generate_vllm` outside evaluation). Per step, each prompt gets a
-`PromptPool` (openrlhf_ada.algorithms.reinforce_ada), which decides everything: round sizes, the exit rule, the
-outcome and the kept group. One step of rounds is `RoundStep` (round_loop.py, its phases top to bottom), which
-only moves data:
-
-- rounds go out through upstream's `_dispatch_prompts_to_vllm` (its least-loaded-engine balancing) with
-  `n_samples_per_prompt` set to the round size, and come back through `_process_response_into_experience`;
-- schedule `async` (default): a prompt's next round is dispatched as soon as its previous round is scored; `sync`:
-  every active prompt's round finishes before any next round starts (the authors' scheduling). Both give the same
-  per-prompt outcome for the same rewards;
-- a sample without a reward (upstream swallows reward-function exceptions and leaves reward=None) is counted as
-  failed and never enters a group; its round still completes;
-- dropped prompts (`--ada.unresolved drop`), prompts that cannot form a group (too many failed samples) and groups
-  removed by `--algo.dynamic_filtering_enable` (applied to the selected group) are replaced from the dataloader;
-  when it runs out, every group already accepted is returned;
-- exactly n samples per accepted prompt, contiguous, in the order the prompts were drawn; each sample's `info`
-  carries the pool statistics (for the pool baseline) and the step's Reinforce-Ada metrics (for logging).
-
-Without --ada.enable, training generation runs through the same loop as one round of n samples per prompt
+Only the training generation step changes (`_generate_vllm` outside evaluation): it runs one `RoundStep`
+(round_loop.py), where each prompt's `PromptPool` (openrlhf_ada.algorithms.reinforce_ada) decides round sizes, the
+exit rule, the outcome and the kept group, and the step only moves data between pools and engines. Without
+--ada.enable, training generation runs through the same loop as one round of n samples per prompt
 (`fixed_n_config`): the groups are upstream's, and failed rewards, dead engines and metrics are handled alike.
 
-Two options (off by default; off, the loop is exactly the above):
-- `--ada.cancel`: each round of a prompt goes out as one Ray streaming call, `generate_stream` of the project's
-  engine actor (openrlhf_ada/trainer/ray/vllm_engine.py), to the engine upstream's least-loaded choice picks; the
-  samples come back one at a time as they are generated and scored, and each goes into the pool at once
-  (`PromptPool.add_sample`). When the pool says the prompt is resolved, `cancel_stream` aborts the round's
-  outstanding requests; the stream's last message says how many were cancelled and the tokens they had generated,
-  which close the round (`end_round`). Rounds stay the budget and the schedule (async or sync as above). A sample
-  without a reward is a failed one as before; the failed share is judged after every sample. A lost engine's
-  requests that had not come back run again on another one (a prompt that had already stopped just closes its
-  round). A step that fails cancels the streams still running.
-- `--ada.history`: a `PromptHistory` (keyed by `prompt_key`, the sha256 of the prompt text) plans every prompt as
-  it is drawn: a skipped prompt is counted (`ada/skipped_prompts`) and the next one taken; the others get their
-  first round from the plan. Each finished pool is recorded for the current epoch: a pass over the data, counted
-  when a fresh iterator of the prompt loader yields its first prompt. The history, the epoch and the generation
-  counter are the generator's `state_dict()`, which both trainers save with every checkpoint.
+What outlives a step lives here: the generation-call counter that seeds the per-prompt generators, the epoch (a
+pass over the data, counted when a fresh iterator of the prompt loader yields its first prompt), the
+`PromptHistory` of --ada.history, and groups carried from a short step. They are the generator's `state_dict()`,
+which both trainers save with every checkpoint. So does the engine-fault handling: a dead engine is dropped (or,
+in the cluster trainers, stops the run), and a step whose engines show no progress fails (`StallWatch`).
 
 What reaches upstream's trainer is made safe for it (`generate_samples`):
 - every sample of a step carries the same `info` keys (a step may mix two generation calls, and upstream's
@@ -44,9 +19,8 @@ What reaches upstream's trainer is made safe for it (`generate_samples`):
   trainer sets the unit so that every data-parallel rank gets the same number of full micro-batches; the groups
   left over go into the next episode's first step;
 - upstream's dynamic-filtering pass rate counts groups, not samples.
-Failed rewards stop the step as soon as enough samples have come back to judge (`--fault.max_failed_share`), and a
-step draws at most one batch of replacement prompts for prompts lost to failed rewards. Evaluation leaves out the
-prompts whose samples got no reward (counted and logged) instead of crashing upstream's metrics.
+Evaluation leaves out the prompts whose samples got no reward (counted and logged) instead of crashing upstream's
+metrics.
 """
 
 from __future__ import annotations
@@ -99,7 +73,8 @@ class AdaSamplesGenerator(SamplesGenerator):
         # Without Reinforce-Ada, training generation is one round of n per prompt through the same machinery, so
         # failed rewards, dead engines, metrics and ordering are handled alike (n = 1 stays upstream's path).
         n = self.args.rollout.n_samples_per_prompt
-        self.rounds = self.ada or (fixed_n_config(n, seed=getattr(self.args.train, "seed", 42)) if n >= 2 else None)
+        seed = getattr(self.args.train, "seed", AdaConfig.seed)
+        self.rounds = self.ada or (fixed_n_config(n, seed=seed) if n >= 2 else None)
         self.fault = fault_config(self.args)
         self.batch_unit = n  # a short step holds a multiple of this many samples (the cluster trainers set it)
         self._carry: List[Experience] = []  # whole groups held back from a short step for the next one
