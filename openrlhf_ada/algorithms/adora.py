@@ -282,24 +282,21 @@ def sample_weights(
     truncated: torch.Tensor,
     step: int,
     weight_func: Optional[WeightFunc] = None,
+    stats: Optional[GroupStats] = None,
 ) -> torch.Tensor:
     """Per-sample weights [P, n] for one rollout batch: ones outside [start_step, end_step), else the custom
-    function's weights (if any) or the built-in rule's, broadcast over each group."""
+    function's weights (if any) or the registered rule's (`config.variant`), broadcast over each group. `stats`:
+    the batch's `group_stats` at `config.positive_threshold` when the caller already has them (its metrics)."""
     P, n = scores.shape
     if not config.enable or not in_schedule(step, config.start_step, config.end_step):
         return torch.ones(P, n, dtype=torch.float32)
     if weight_func is not None:
         w = weight_func(scores, rewards, lengths, truncated, step)
     else:
-        w = adora_weights(
-            scores,
-            lengths,
-            truncated,
-            variant=config.variant,
-            positive_threshold=config.positive_threshold,
-            lam=config.lam,
-            boost=config.boost,
-        )
+        if stats is None:
+            stats = group_stats(scores, lengths, truncated, positive_threshold=config.positive_threshold)
+        warn_if_threshold_unreachable(scores, config.positive_threshold)
+        w = weights_from_stats(stats, variant=config.variant, lam=config.lam, boost=config.boost)
     return w.reshape(P, -1).expand(P, n).contiguous()
 
 

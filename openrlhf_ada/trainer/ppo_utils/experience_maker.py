@@ -108,9 +108,10 @@ class AdoraPoolExperienceMaker(RemoteExperienceMaker):
         )
 
     def _apply_adora(self, experiences, order: RolloutOrder, outcome: dict) -> None:
-        weights = sample_weights(self.adora, step=self.global_step, weight_func=self.weight_func, **outcome)
         stats = group_stats(outcome["scores"], outcome["lengths"], outcome["truncated"],
                             positive_threshold=self.adora.positive_threshold)
+        weights = sample_weights(self.adora, step=self.global_step, weight_func=self.weight_func, stats=stats,
+                                 **outcome)
         metrics = adora_metrics(stats, weights, boost=self.adora.boost)
         for experience, w in zip(experiences, order.split(weights)):
             experience.advantages = experience.advantages * w.to(experience.advantages.dtype).unsqueeze(-1)
