@@ -1,7 +1,8 @@
 """The documentation matches the tree: docs/layout.md lists every module of the package (each .py file under
 openrlhf_ada/ except __init__.py; a package is its folder's heading) and nothing that is gone; every file or folder of
 the repository that the README or a page under docs/ names (a link, or a path in backticks) exists; every `make`
-target the README names is in the Makefile; the README stays a front door of about 150 lines."""
+target the README names is in the Makefile; every project class a page names (`Ada...`, `Adora...`) is defined in the
+package; the README stays a front door of about 150 lines."""
 
 import re
 from pathlib import Path
@@ -69,6 +70,15 @@ def test_every_make_target_the_readme_names_exists():
     targets = set(re.findall(r"^([A-Za-z][\w-]*):", makefile, re.M))
     named = set(re.findall(r"\bmake ([a-z][\w-]*)", (ROOT / "README.md").read_text()))
     assert named and named <= targets, f"the README names make targets the Makefile lacks: {named - targets}"
+
+
+@pytest.mark.parametrize("page", [ROOT / "README.md", *DOCS], ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_project_class_a_page_names_is_defined(page):
+    code = "\n".join(p.read_text() for p in (ROOT / "openrlhf_ada").rglob("*.py"))
+    # a class, or a module-level name bound to one (the Ray actors: `AdaPPOTrainer = ray.remote(...)(_AdaPPOTrainer)`)
+    defined = set(re.findall(r"^\s*class (\w+)", code, re.M)) | set(re.findall(r"^(\w+) = ", code, re.M))
+    named = set(re.findall(r"`(Ada[A-Z]\w*|Adora[A-Z]\w*)[`.(]", page.read_text()))
+    assert named <= defined, f"{page.relative_to(ROOT)} names classes the package does not define: {named - defined}"
 
 
 def test_the_readme_is_a_front_door():
