@@ -23,6 +23,8 @@ import torch
 from openrlhf.utils.agent import SingleTurnAgentExecutor
 from openrlhf.utils.logging_utils import init_logger
 
+from openrlhf_ada.args import FaultConfig
+
 logger = init_logger(__name__)
 
 FAIL_CODES = {"raised": 1, "timeout": 2, "not_a_dict": 3, "no_rewards": 4, "wrong_shape": 5, "not_finite": 6,
@@ -77,7 +79,8 @@ def _settle(future: asyncio.Future, result, error) -> None:
 
 
 class GuardedRewardExecutor(SingleTurnAgentExecutor):
-    def __init__(self, remote_rm_url=None, timeout: float = 60.0, max_concurrent: int | None = None):
+    def __init__(self, remote_rm_url=None, timeout: float = FaultConfig.reward_timeout,
+                 max_concurrent: int | None = None):
         super().__init__(remote_rm_url)
         self.timeout = timeout
         # as many concurrent calls as asyncio.to_thread's pool would run (upstream's way of calling the function)
