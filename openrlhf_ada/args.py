@@ -115,6 +115,10 @@ def add_project_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                         "size, bf16, --data.max_len and the sequences a step sends each engine, and logged; requests "
                         "beyond it queue). On CPU it replaces --vllm.gpu_memory_utilization, which vLLM would apply "
                         "to the memory node's RAM. Ignored on a GPU")
+    g.add_argument("--cpu.ray_dashboard", action="store_true", default=False,
+                   help="Start Ray's dashboard with the local Ray the launcher starts in the CPU mode (off by "
+                        "default: on a 2-core machine it takes about 10 s of CPU at start-up, next to the actors'). A "
+                        "Ray started with `ray start` (make cluster-demo, ray job submit) keeps its own")
     return parser
 
 

@@ -356,11 +356,37 @@ def _patch_vllm_kv_cache_size() -> None:
     _after_import("vllm.platforms.cpu", patch)
 
 
+
+def _patch_vllm_single_process_worker() -> None:
+    """An engine of one worker asks for vLLM's in-process executor ("uni": upstream's create_vllm_engines at
+    tensor_parallel_size 1, train_local always), and on a GPU gets it: the worker runs inside the engine core
+    process. vllm/platforms/cpu.py L272-279 turns "uni" into "mp" on CPU (for OpenMP thread binding, a speed
+    matter), which starts one more process per engine, importing vLLM and torch again: about 10 s of start-up per
+    engine on 2 cores, in a chain the engine waits for. Keeping "uni" gives the CPU mode the GPU's process layout
+    (engine actor -> engine core with its worker) and its start-up time back; generation runs unbound OpenMP
+    threads."""
+
+    def patch(module):
+        original = module.CpuPlatform.check_and_update_config.__func__
+
+        def check_and_update_config(cls, vllm_config):
+            parallel = vllm_config.parallel_config
+            asked = parallel.distributed_executor_backend
+            result = original(cls, vllm_config)
+            if asked == "uni" and parallel.world_size == 1:
+                parallel.distributed_executor_backend = "uni"
+            return result
+
+        module.CpuPlatform.check_and_update_config = classmethod(check_and_update_config)
+
+    _after_import("vllm.platforms.cpu", patch)
+
 #: driver and Ray workers: everything; vLLM's own processes: only what runs there (torch.cuda stays untouched).
 _PROCESS_PATCHES = (_patch_triton_cross_entropy, _patch_cuda_device_calls, _patch_weight_sync_group,
-                    _patch_vllm_weight_receive, _patch_vllm_sleep_mode, _patch_vllm_kv_cache_size)
+                    _patch_vllm_weight_receive, _patch_vllm_sleep_mode, _patch_vllm_kv_cache_size,
+                    _patch_vllm_single_process_worker)
 _VLLM_PATCHES = (_patch_weight_sync_group, _patch_vllm_weight_receive, _patch_vllm_sleep_mode,
-                 _patch_vllm_kv_cache_size)
+                 _patch_vllm_kv_cache_size, _patch_vllm_single_process_worker)
 
 
 def patch_names(vllm_process: bool = False) -> list:
@@ -481,7 +507,8 @@ def gpu_bundles_needed(args) -> int:
 def ray_init_kwargs_for_cpu(args, kwargs: dict) -> dict:
     """ray.init arguments in CPU mode: the CPU mode's env var for every worker, and, when this process starts Ray
     itself (no address), logical GPUs and CPUs for upstream's {"GPU": 1, "CPU": 1} bundles (without them Ray waits
-    forever: "No available node types can fulfill resource request {'CPU': 1.0, 'GPU': 1.0}")."""
+    forever: "No available node types can fulfill resource request {'CPU': 1.0, 'GPU': 1.0}") and no dashboard
+    unless --cpu.ray_dashboard (its processes take about 10 s of CPU at start-up)."""
     kwargs = dict(kwargs)
     runtime_env = dict(kwargs.get("runtime_env") or {})
     runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **cpu_env_vars()}
@@ -490,6 +517,7 @@ def ray_init_kwargs_for_cpu(args, kwargs: dict) -> dict:
         bundles = gpu_bundles_needed(args)
         kwargs.setdefault("num_gpus", bundles)
         kwargs.setdefault("num_cpus", bundles + 2)  # the bundles, the trainer actor and the driver's tasks
+        kwargs.setdefault("include_dashboard", bool(getattr(getattr(args, "cpu", None), "ray_dashboard", False)))
     return kwargs
 
 

