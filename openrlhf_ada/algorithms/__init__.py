@@ -1,6 +1,6 @@
 """The math of the project, pure torch/python (no Ray, no vLLM): ADORA weights, Reinforce-Ada's per-prompt pool,
 exit rule and group selection (with stopping inside a round), the per-prompt history across epochs, and the
-pool/group baselines. Every other layer calls these. The rules users change (exit rules, ADORA weight rules) are
+pool/group baselines, and the undiscounted returns. Every other layer calls these. The rules users change (exit rules, ADORA weight rules) are
 registered functions (registry.py)."""
 
 from openrlhf_ada.algorithms.adora import AdoraConfig, adora_weights, load_weight_func, register_adora_rule
@@ -14,6 +14,7 @@ from openrlhf_ada.algorithms.reinforce_ada import (
     select_group,
     simulate,
 )
+from openrlhf_ada.algorithms.returns import undiscounted_returns
 
 __all__ = [
     "AdaConfig",
@@ -31,4 +32,5 @@ __all__ = [
     "register_exit_rule",
     "select_group",
     "simulate",
+    "undiscounted_returns",
 ]

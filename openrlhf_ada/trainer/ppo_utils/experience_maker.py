@@ -5,7 +5,8 @@ Only `compute_advantages_and_returns` changes:
 - `--ada.enable --ada.baseline pool` with rloo / reinforce_baseline / dr_grpo / group_norm: the group baseline uses
   the per-prompt pool statistics that AdaSamplesGenerator put into each sample's `info` (ada_pool_count / _mean /
   _std) instead of the kept group's; everything around it (length penalties, KL reward, clipping, returns, global
-  whitening for reinforce_baseline) follows upstream's order, built from upstream's own helpers;
+  whitening for reinforce_baseline) follows upstream's order, built from upstream's own helpers, except the returns:
+  one reverse cumulative sum (algorithms/returns.py) instead of upstream's loop over positions;
 - `--adora.enable` inside [start_step, end_step): the FINAL advantages of every token of every sample are multiplied
   by its group's weight, after baseline, normalisation and whitening, for every estimator (critic returns are not
   weighted). Weights and ADORA metrics go into `info`, so upstream's logging carries them to wandb/tensorboard.
@@ -27,6 +28,7 @@ from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
 
 from openrlhf_ada.algorithms.adora import adora_metrics, group_stats, in_schedule, load_weight_func, sample_weights
 from openrlhf_ada.algorithms.baselines import GROUP_BASELINE_ESTIMATORS, pool_baseline
+from openrlhf_ada.algorithms.returns import undiscounted_returns
 from openrlhf_ada.args import ada_config, adora_config
 
 POOL_KEYS = ("ada_pool_count", "ada_pool_mean", "ada_pool_std")
@@ -142,7 +144,7 @@ class AdoraPoolExperienceMaker(RemoteExperienceMaker):
         for e, r in zip(experiences, order.split(shaped)):
             token_reward = compute_reward(r, self.kl_ctl.value, e.kl, action_mask=e.action_mask,
                                           reward_clip_range=args.reward.clip_range)
-            e.returns = self.get_cumulative_returns(token_reward, e.action_mask, 1.0)  # gamma is 1 for these
+            e.returns = undiscounted_returns(token_reward, e.action_mask)  # gamma is 1 for these estimators
             e.advantages = e.returns.clone()
             e.info["return"] = token_reward.sum(dim=-1)
             e.kl = None
