@@ -51,7 +51,7 @@ def default_of(action: argparse.Action) -> str:
 
 def help_of(action: argparse.Action, parser: argparse.ArgumentParser) -> str:
     text = action.help or ""
-    if "%(" in text:
+    if "%" in text:  # as argparse formats help: %(default)s, and %% for a percent sign
         try:
             text = text % dict(vars(action), prog=parser.prog)
         except (KeyError, TypeError, ValueError):
