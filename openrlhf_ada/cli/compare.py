@@ -25,6 +25,11 @@ Writes into ``--out`` (default ``docs/compare``):
 ``compare.md``
     a table of the final and best value of every metric per run (also printed).
 
+With ``--group-by``, ``--name-pattern`` or ``--setting`` the runs also form settings, one configuration run with
+several seeds: ``settings.md`` (also printed), ``settings.json``, ``settings.csv``, ``settings.png`` and
+``settings_<metric>.png`` give each setting's means and 95% intervals over seeds and its differences from a
+reference setting, paired by seed (``openrlhf_ada.cli.compare_settings``).
+
 Rows may use the standard keys of ``metrics_log`` or the names upstream's logging gives the same quantities
 (``rollout/reward_mean``, ``ada_eta``, ``ada/eta``, ``ada_samples_per_prompt_mean``, ``ada_resolved_share``, a
 ``train/`` prefix from wandb, ...); see ``openrlhf_ada.utils.metrics_log.ALIASES``. A run without ``generated_tokens_total`` gets the running sum
@@ -52,6 +57,8 @@ from urllib.parse import urlparse
 from openrlhf_ada.utils.metrics_log import STANDARD_KEYS, read_metrics, standardize
 
 PROG = "python -m openrlhf_ada.cli.compare"
+HELDOUT_PREFIX = "eval/"  # the held-out evaluation's keys (openrlhf_ada.utils.heldout), kept as logged
+DEFAULT_SEED_PATTERN = r"seed[_=-]?(\d+)"  # a run's seed in its name (grpo_seed3) when its config has none
 
 METRICS = tuple(STANDARD_KEYS) + ("resolved_share",)
 # "best" = the max or the min over steps; None: no meaningful best (a running total).
@@ -97,6 +104,7 @@ class Run:
     source: str
     rows: List[dict] = field(default_factory=list)  # step order; standard keys only (plus "step")
     notes: List[str] = field(default_factory=list)  # what the reader chose or found incomplete; printed by main
+    config: Optional[Dict[str, object]] = None  # the run's saved flags, dotted keys (a wandb run's config); None: unread
 
     def series(self, x: str, y: str) -> Tuple[List[float], List[float]]:
         xs, ys = [], []
@@ -112,10 +120,39 @@ class Run:
 
 # -- reading ---------------------------------------------------------------------------------------------------------
 def _standardize(raw_rows, where: str) -> List[dict]:
+    """The standard keys of metrics_log, plus the held-out evaluation's numeric ``eval/*`` keys as logged (compare's
+    setting statistics report held-out accuracy first)."""
     try:
-        return standardize(raw_rows, where)
+        rows = standardize(raw_rows, where)
     except ValueError as e:
         raise CompareError(str(e)) from None
+    by_step = {row["step"]: row for row in rows}
+    for raw in raw_rows:
+        step = raw.get("step", raw.get("global_step", raw.get("train/global_step")))
+        row = by_step.get(int(step)) if isinstance(step, (int, float)) and not isinstance(step, bool) else None
+        if row is None:
+            continue
+        for key, value in raw.items():
+            if key.startswith(HELDOUT_PREFIX) and isinstance(value, (int, float)) and not isinstance(value, bool) \
+                    and math.isfinite(value):
+                row[key] = float(value)
+    return rows
+
+
+def flatten_config(config: dict, prefix: str = "") -> Dict[str, object]:
+    """A run's config with nested sections as dotted keys ({"train": {"seed": 1}} -> {"train.seed": 1}); wandb's
+    own entries (``_wandb``) and the ``{"value": ...}`` wrapping of wandb's config files are left out."""
+    out: Dict[str, object] = {}
+    for key, value in config.items():
+        if str(key).startswith("_wandb"):
+            continue
+        if isinstance(value, dict) and set(value) <= {"value", "desc"} and "value" in value:
+            value = value["value"]
+        if isinstance(value, dict):
+            out.update(flatten_config(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def _default_name(source: str) -> str:
@@ -245,13 +282,15 @@ def _wandb_version() -> str:
 @dataclass
 class WandbLog:
     """What a run's .wandb log holds that compare uses: its history rows as logged (keys unchanged, non-finite
-    values as floats), the run's name and id, whether it ended (an exit record), and what wandb's reader said."""
+    values as floats), the run's name and id, whether it ended (an exit record), what wandb's reader said, and the
+    run's config (dotted keys)."""
 
     name: Optional[str]
     run_id: Optional[str]
     history: List[dict]
     finished: bool
     said: str
+    config: Dict[str, object] = field(default_factory=dict)
 
 
 def read_wandb_history(log: str, timeout: float = WANDB_READ_TIMEOUT) -> WandbLog:
@@ -302,6 +341,9 @@ def read_wandb_history(log: str, timeout: float = WANDB_READ_TIMEOUT) -> WandbLo
         if kind == "run":
             run = record.get("run") or {}
             out.name, out.run_id = run.get("display_name") or out.name, run.get("run_id") or out.run_id
+            out.config.update(flatten_config((run.get("config") or {}).get("update") or {}))
+        elif kind == "config":  # wandb.config.update after init
+            out.config.update(flatten_config((record.get("config") or {}).get("update") or {}))
         elif kind == "history":
             body = record.get("history") or {}
             row = {k: _NON_FINITE.get(v, v) if isinstance(v, str) else v for k, v in (body.get("item") or {}).items()}
@@ -316,9 +358,10 @@ def read_wandb_history(log: str, timeout: float = WANDB_READ_TIMEOUT) -> WandbLo
     return out
 
 
-def read_wandb_log(source: str, log: str, timeout: float = WANDB_READ_TIMEOUT) -> Tuple[str, List[dict], List[str]]:
-    """Standard rows of a wandb run from its local .wandb log, the run's display name, and notes (a run that did
-    not end: still running or interrupted, its steps so far are read)."""
+def read_wandb_log(source: str, log: str,
+                   timeout: float = WANDB_READ_TIMEOUT) -> Tuple[str, List[dict], List[str], Dict[str, object]]:
+    """Standard rows of a wandb run from its local .wandb log, the run's display name, notes (a run that did not
+    end: still running or interrupted, its steps so far are read), and its config."""
     got = read_wandb_history(log, timeout)
     if not got.history:
         raise CompareError(f"{log}: the run has no logged steps (no history records); did it finish a step?")
@@ -329,7 +372,7 @@ def read_wandb_log(source: str, log: str, timeout: float = WANDB_READ_TIMEOUT) -
                      f"{len(rows)} steps it logged" + (f" (wandb: {got.said})" if got.said else ""))
     elif got.said:
         notes.append(f"{log}: wandb's reader said: {got.said}")
-    return got.name or got.run_id or os.path.basename(os.path.dirname(os.path.abspath(log))), rows, notes
+    return got.name or got.run_id or os.path.basename(os.path.dirname(os.path.abspath(log))), rows, notes, got.config
 
 
 def _local_copy_hint(run_id: str) -> str:
@@ -358,9 +401,9 @@ def _wandb_has_key(host: str) -> bool:
         return False
 
 
-def read_wandb(source: str, timeout: float = 10.0) -> Tuple[str, List[dict]]:
-    """Rows of a wandb run `wandb:ENTITY/PROJECT/RUN_ID`, and its display name. Fails fast and clearly without the
-    package, credentials, or network."""
+def read_wandb(source: str, timeout: float = 10.0) -> Tuple[str, List[dict], Dict[str, object]]:
+    """Rows of a wandb run `wandb:ENTITY/PROJECT/RUN_ID`, its display name and its config. Fails fast and clearly
+    without the package, credentials, or network."""
     path = source[len("wandb:"):].strip("/")
     if path.count("/") != 2 or not all(path.split("/")):
         raise CompareError(f"{source}: expected wandb:ENTITY/PROJECT/RUN_ID")
@@ -387,9 +430,27 @@ def read_wandb(source: str, timeout: float = 10.0) -> Tuple[str, List[dict]]:
         run = wandb.Api(timeout=timeout).run(path)
         history = list(run.scan_history(page_size=1000))
         name = run.name or path.rsplit("/", 1)[-1]
+        config = flatten_config(dict(run.config))
     except Exception as e:  # wandb raises its own CommError/ValueError/HTTP errors: one clear message for all
         raise CompareError(f"{source}: wandb could not return the run ({type(e).__name__}: {e})") from None
-    return name, _rows_by_step(history, source)
+    return name, _rows_by_step(history, source), config
+
+
+def saved_config(run: Run) -> Tuple[Dict[str, object], Optional[str]]:
+    """A run's config (dotted keys) and where it was found. A wandb run carries its own; a metrics.jsonl run keeps
+    its flags only in the wandb run its trainer wrote next to it (train_local with wandb on, or WANDB_MODE=offline,
+    puts it in its output folder's ``wandb/``), read here; ({}, None) when there is none."""
+    if run.config is not None:
+        return run.config, run.source
+    folder = run.source if os.path.isdir(run.source) else os.path.dirname(os.path.abspath(run.source))
+    for wandb_dir in (os.path.join(folder, "wandb"), os.path.join(folder, ".wandb")):
+        if os.path.isdir(wandb_dir):
+            folders = [d for d in os.listdir(wandb_dir)
+                       if WANDB_RUN_DIR.match(d) and os.path.isdir(os.path.join(wandb_dir, d))]
+            if folders:
+                log, _ = _latest_run_log(run.source, wandb_dir, folders)
+                return read_wandb_history(log).config, log
+    return {}, None
 
 
 def load_runs(sources: Sequence[str], names: Optional[Sequence[str]] = None, wandb_timeout: float = 10.0) -> List[Run]:
@@ -400,15 +461,16 @@ def load_runs(sources: Sequence[str], names: Optional[Sequence[str]] = None, wan
     runs = []
     for i, source in enumerate(sources):
         notes: List[str] = []
+        config: Optional[Dict[str, object]] = None  # a metrics.jsonl run's config is read when asked for
         if source.startswith("wandb:"):
-            default, rows = read_wandb(source, wandb_timeout)
+            default, rows, config = read_wandb(source, wandb_timeout)
         elif logs[i] is None:
             default, rows = _default_name(source), read_local(source)
         else:
             log, notes = logs[i]
-            default, rows, more = read_wandb_log(source, log)
+            default, rows, more, config = read_wandb_log(source, log)
             notes = notes + more
-        runs.append(Run(names[i] if names else default, source, rows, notes))
+        runs.append(Run(names[i] if names else default, source, rows, notes, config))
     seen: Dict[str, int] = {}
     for run in runs:  # distinct legend entries
         seen[run.name] = seen.get(run.name, 0) + 1
@@ -544,22 +606,41 @@ def plot(runs: Sequence[Run], out_dir: str, smooth: int = 1) -> Dict[str, List[s
 
 
 # -- command line ----------------------------------------------------------------------------------------------------
+SETTINGS_HELP = """\
+Settings (runs grouped by setting, paired by seed): with --group-by, --name-pattern or --setting, compare also
+reports each setting (one configuration, several seeds) and writes settings.md, settings.json, settings.csv,
+settings.png and settings_<metric>.png. A run's seed is its config's train.seed (or seed), else the first group of
+--seed-pattern in its name; in a setting every run needs a seed, each seed once. For every headline metric (held-out
+eval/accuracy first, then reward_mean, pass_rate, generated_tokens, samples_per_prompt, zero_adv_group_share, eta,
+resolved_share; --metrics to choose) three values per run: at the end of the run, at equal generated tokens (curves
+interpolated linearly in generated_tokens_total, at the largest budget every run reaches) and the curve's mean over
+the token range every run covers. Per setting: the mean over seeds and its 95% interval. Per setting against
+--reference: the mean paired difference (seed by seed, over the seeds both have), its 95% interval and whether that
+excludes zero. --interval t: mean +- t(0.975, n-1) x sd / sqrt(n) over n seeds (Student t, n-1 degrees of
+freedom). --interval bootstrap: the 2.5th and 97.5th percentiles of the mean over --resamples resamples of the seeds
+with replacement (seeded by --bootstrap-seed; too narrow with few seeds). One seed: no interval. The plots draw
+each setting's mean curve with its interval as a band, each seed faint behind it."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Compare training runs: plots of reward (per step and per generated token), samples per "
                     "prompt, resolved share, zero-advantage groups and sampling efficiency, and a table of final "
-                    "and best values.",
+                    "and best values. Compare settings run with several seeds: means and 95% intervals, paired "
+                    "differences by seed, plots with bands (see Settings below).",
         epilog="Outputs in --out: compare.png (2x3 grid), reward_vs_step.png, reward_vs_tokens.png, "
                "samples_per_prompt.png, resolved_share.png (Reinforce-Ada runs only), zero_adv_group_share.png, "
                "eta.png, compare.md. Key names: the standard keys of openrlhf_ada/utils/metrics_log.py, or upstream's "
-               "(rollout/reward_mean, ada_eta, ada_samples_per_prompt_mean, ada_resolved_share, a train/ prefix, ...).",
+               "(rollout/reward_mean, ada_eta, ada_samples_per_prompt_mean, ada_resolved_share, a train/ prefix, "
+               "...), and the held-out evaluation's eval/* keys. " + SETTINGS_HELP,
     )
-    parser.add_argument("runs", nargs="+", metavar="RUN",
+    parser.add_argument("runs", nargs="*", metavar="RUN",
                         help="a run folder containing metrics.jsonl, a metrics JSONL file, a wandb run on this "
                              "machine (a wandb/offline-run-* folder as WANDB_MODE=offline writes it, its "
                              "run-*.wandb file, or a folder holding wandb/ and no metrics.jsonl: the latest run), "
-                             "or wandb:ENTITY/PROJECT/RUN_ID (needs wandb, credentials and network)")
+                             "or wandb:ENTITY/PROJECT/RUN_ID (needs wandb, credentials and network); with --setting "
+                             "the runs are given there instead")
     parser.add_argument("--out", default=os.path.join("docs", "compare"),
                         help="folder for the PNGs and compare.md (created if missing; files are overwritten)")
     parser.add_argument("--names", nargs="+", metavar="NAME",
@@ -571,15 +652,76 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--wandb-timeout", type=float, default=10.0, metavar="SECONDS",
                         help="network timeout for each wandb request (a connectivity check of at most 5 s runs "
                              "first)")
+    g = parser.add_argument_group("settings (runs grouped by setting, paired by seed)")
+    g.add_argument("--group-by", metavar="KEY[,KEY...]",
+                   help="group runs by the values of these keys of their saved config (dotted flag names, e.g. "
+                        "ada.enable,adora.enable); a wandb run's config, or for a metrics.jsonl run the wandb run "
+                        "its trainer wrote into the same folder")
+    g.add_argument("--name-pattern", metavar="REGEX",
+                   help="group runs by a regular expression searched in each run's name: its first capture group "
+                        "(or the group named setting) is the setting, e.g. '(.*)_seed[0-9]+'")
+    g.add_argument("--setting", action="append", metavar="NAME=RUN[,RUN...]",
+                   help="a setting and its runs, explicitly (repeat for each setting; no RUN arguments then)")
+    g.add_argument("--seed-pattern", default=DEFAULT_SEED_PATTERN, metavar="REGEX",
+                   help="for runs whose saved config has no train.seed (or seed): a regular expression whose first "
+                        "group, found in the run's name, is the seed (default: %(default)s, as in grpo_seed3)")
+    g.add_argument("--reference", metavar="NAME",
+                   help="the setting every other one is compared with, paired by seed (default: the first)")
+    g.add_argument("--interval", choices=("t", "bootstrap"), default="t",
+                   help="95%% interval over seeds: t (Student t, seeds - 1 degrees of freedom) or bootstrap "
+                        "(percentile bootstrap over seeds); default t")
+    g.add_argument("--resamples", type=int, default=10000, metavar="N",
+                   help="resamples of the seeds for --interval bootstrap (default 10000)")
+    g.add_argument("--bootstrap-seed", type=int, default=0, metavar="N",
+                   help="seed of the bootstrap's generator: the same seed gives the same intervals (default 0)")
+    g.add_argument("--grid-points", type=int, default=50, metavar="N",
+                   help="points of the common token grid the curves are interpolated onto (default 50)")
+    g.add_argument("--metrics", metavar="KEY[,KEY...]",
+                   help="the metrics to report per setting (default: eval/accuracy and every standard metric with "
+                        "a better direction, those that the runs log)")
     return parser
+
+
+def _settings_options(args):
+    """The settings options from the flags, or None when no grouping flag is given."""
+    from openrlhf_ada.cli import compare_settings
+
+    if not (args.group_by or args.name_pattern or args.setting):
+        for flag, given in (("--reference", args.reference), ("--metrics", args.metrics)):
+            if given:
+                raise CompareError(f"{flag}: only with settings; group the runs with --group-by, --name-pattern "
+                                   "or --setting")
+        return None
+    return compare_settings.make_options(
+        group_by=args.group_by, name_pattern=args.name_pattern, setting=args.setting or (),
+        seed_pattern=args.seed_pattern, reference=args.reference, interval=args.interval, resamples=args.resamples,
+        bootstrap_seed=args.bootstrap_seed, grid_points=args.grid_points, metrics=args.metrics)
+
+
+def _sources(args, options) -> List[str]:
+    if options is not None and options.explicit:
+        if args.runs:
+            raise CompareError(f"RUN arguments ({', '.join(args.runs)}) and --setting: give the runs in --setting "
+                               "only")
+        return [source for _, sources in options.explicit for source in sources]
+    if not args.runs:
+        raise CompareError("no RUN given: pass run folders, metrics files or wandb runs (or --setting NAME=RUN,...)")
+    return args.runs
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    settings = result = None
     try:
         if args.smooth < 1:
             raise CompareError(f"--smooth {args.smooth}: give 1 (no smoothing) or more steps")
-        runs = load_runs(args.runs, args.names, args.wandb_timeout)
+        options = _settings_options(args)
+        runs = load_runs(_sources(args, options), args.names, args.wandb_timeout)
+        if options is not None:
+            from openrlhf_ada.cli import compare_settings
+
+            settings = compare_settings.build_settings(runs, options)
+            result = compare_settings.compare_settings(settings, options)
     except CompareError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
@@ -597,6 +739,15 @@ def main(argv=None) -> int:
                 + ", ".join(f"`{name}`" for name in drawn) + "\n")
     print(table)
     print(f"\nwrote {len(drawn)} plots and compare.md to {args.out}")
+    if result is not None:
+        from openrlhf_ada.cli import compare_settings
+
+        written = compare_settings.write_files(result, args.out) + compare_settings.plot_bands(result, settings,
+                                                                                              args.out)
+        for note in result["notes"]:
+            print(f"{PROG}: note: {note}", file=sys.stderr)
+        print("\n" + compare_settings.markdown(result))
+        print(f"\nwrote {', '.join(written)} to {args.out}")
     return 0
 
 
