@@ -158,8 +158,10 @@ def test_settings_by_name_pattern_means_intervals_and_paired_differences(setting
     printed = capsys.readouterr().out
     assert "95% Student t interval over seeds" in printed and "paired by seed" in printed
     md = (tmp_path / "out" / "settings.md").read_text()
-    assert "| eval/accuracy | end of run | ada | 3 | 0.7 |" in md and "| 0.2 (3) |" in md
-    assert "| reward_mean | end of run | ada | 3 | 0.56 |" not in md  # ada's reward ends at 0.44 on average
+    # 0.7 +- 0.430265, 0.2 +- 0.248414, 0.12 +- 0.049683, 0.5 +- 0.248414, to 4 significant digits
+    assert "| eval/accuracy | end of run | ada | 3 | 0.7 | [0.2697, 1.13] | 0.2 (3) | [-0.04841, 0.4484] | no |" in md
+    assert "| reward_mean | end of run | ada | 3 | 0.44 |" in md and "| 0.12 (3) | [0.07032, 0.1697] | yes |" in md
+    assert "| eval/accuracy | end of run | base | 3 | 0.5 | [0.2516, 0.7484] | reference |" in md
     csv_text = (tmp_path / "out" / "settings.csv").read_text().splitlines()
     assert csv_text[0].startswith("metric,at,point,setting,seeds,mean,low,high,reference,difference")
     assert len(csv_text) == 1 + 2 * 3 * 2  # 2 metrics x 3 points x 2 settings
