@@ -43,7 +43,10 @@ def add_project_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     g.add_argument("--adora.lam", type=float, default=adora.lam, help="Weight of groups that are not advantageous")
     g.add_argument("--adora.boost", type=float, default=adora.boost, help="Weight of advantageous groups")
     g.add_argument("--adora.positive_threshold", type=float, default=adora.positive_threshold,
-                   help="A sample is correct when its score (Experience.scores) is above this")
+                   help="A sample is correct when its score (Experience.scores) is above this, for ADORA's weights "
+                        "only. A flag of its own, apart from --ada.positive_threshold: the two methods' authors "
+                        "classify on different reward scales (ADORA's text trainer uses 1.01 on Logic-RL scores), "
+                        "so a run with both can need two")
     g.add_argument("--adora.start_step", type=int, default=adora.start_step,
                    help="First global step (as logged) with weights")
     g.add_argument("--adora.end_step", type=int, default=adora.end_step,
@@ -62,7 +65,9 @@ def add_project_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     g.add_argument("--ada.max_rounds", type=int, default=ada.max_rounds,
                    help="Rounds before a prompt counts as unresolved")
     g.add_argument("--ada.positive_threshold", type=float, default=ada.positive_threshold,
-                   help="A sample is correct when its score is above this")
+                   help="A sample is correct when its score is above this, for Reinforce-Ada's exit rule and "
+                        "group selection, and for the held-out accuracy train_local logs (ADORA has "
+                        "--adora.positive_threshold)")
     g.add_argument("--ada.unresolved", type=str, default=ada.unresolved, choices=UNRESOLVED_POLICIES,
                    help="Unresolved after max rounds: keep its group (authors' code) or drop and refill (paper)")
     g.add_argument("--ada.selection", type=str, default=ada.selection, choices=SELECTION_POLICIES,
