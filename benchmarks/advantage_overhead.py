@@ -215,8 +215,9 @@ def profile_split(*, prompts: int, n: int, max_tokens: int, estimator: str, micr
                   seed: int = 0) -> Dict:
     """One cProfile'd call of each maker: where the time goes. `own_s` is the time in the method's own code
     (openrlhf_ada's functions for ours, upstream's compute_advantages_and_returns body for upstream) and the torch ops
-    it calls directly; `shared_loop_s` is upstream's get_cumulative_returns (a Python loop over token positions),
-    which both call once per micro-batch. Profiling slows Python calls, so these are shares, not timings."""
+    it calls directly; `returns_s` is the per-token returns, once per micro-batch: upstream's get_cumulative_returns
+    (a Python loop over token positions) for upstream, the project's undiscounted_returns (one reverse cumulative sum)
+    for ours. Profiling slows Python calls, so these are shares, not timings."""
     batch = Batch(prompts, n, max_tokens, micro_batch_size, seed)
     out = {"estimator": estimator, "samples_per_prompt": n}
     upstream_file = os.path.join("openrlhf", "trainer", "ppo_utils", "experience_maker.py")
@@ -236,7 +237,8 @@ def profile_split(*, prompts: int, n: int, max_tokens: int, estimator: str, micr
         stats = pstats.Stats(profiler)
         out[f"{key}_total_s"] = stats.total_tt
         out[f"{key}_own_s"] = _own_seconds(stats, is_own)
-        out[f"{key}_shared_loop_s"] = sum(v[3] for k, v in stats.stats.items() if k[2] == "get_cumulative_returns")
+        out[f"{key}_returns_s"] = sum(v[3] for k, v in stats.stats.items()
+                                      if k[2] in ("get_cumulative_returns", "undiscounted_returns"))
     return out
 
 
@@ -246,10 +248,10 @@ def profile_lines(profiles: List[Dict], prompts: int, max_tokens: int) -> str:
         lines.append(
             f"- {p['estimator']}, {prompts} x {p['samples_per_prompt']} x {max_tokens}: ours {p['ours_total_s']:.2f} s, of "
             f"which the project's own code {p['ours_own_s']:.3f} s ({100 * p['ours_own_s'] / p['ours_total_s']:.1f}%) "
-            f"and upstream's per-token loop {100 * p['ours_shared_loop_s'] / p['ours_total_s']:.0f}%; upstream "
+            f"and its returns {100 * p['ours_returns_s'] / p['ours_total_s']:.0f}%; upstream "
             f"{p['upstream_total_s']:.2f} s, its own method body {p['upstream_own_s']:.3f} s "
-            f"({100 * p['upstream_own_s'] / p['upstream_total_s']:.1f}%), the loop "
-            f"{100 * p['upstream_shared_loop_s'] / p['upstream_total_s']:.0f}%")
+            f"({100 * p['upstream_own_s'] / p['upstream_total_s']:.1f}%), its per-token return loop "
+            f"{100 * p['upstream_returns_s'] / p['upstream_total_s']:.0f}%")
     return "\n".join(lines)
 
 
