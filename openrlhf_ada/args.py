@@ -44,9 +44,8 @@ def add_project_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     g.add_argument("--adora.boost", type=float, default=adora.boost, help="Weight of advantageous groups")
     g.add_argument("--adora.positive_threshold", type=float, default=adora.positive_threshold,
                    help="A sample is correct when its score (Experience.scores) is above this, for ADORA's weights "
-                        "only. A flag of its own, apart from --ada.positive_threshold: the two methods' authors "
-                        "classify on different reward scales (ADORA's text trainer uses 1.01 on Logic-RL scores), "
-                        "so a run with both can need two")
+                        "only: the two methods' authors classify on different reward scales (ADORA's text trainer: "
+                        "1.01 on Logic-RL scores), so it is apart from --ada.positive_threshold")
     g.add_argument("--adora.start_step", type=int, default=adora.start_step,
                    help="First global step (as logged) with weights")
     g.add_argument("--adora.end_step", type=int, default=adora.end_step,
