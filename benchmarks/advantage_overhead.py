@@ -8,7 +8,7 @@ builds them for a rollout (`split_rollout_samples` without dynamic batching: `--
 micro-batch, in rollout order, each right-padded to its longest response; per-sample rewards, scores,
 response_length, truncated; a KL tensor of zeros as `make_experience` leaves it without a reference model or with
 the KL in the loss). Ours runs with everything on that touches this method: `--adora.enable --ada.enable
---ada.baseline pool` (per-sample pool statistics `ada_pool_count/_mean/_std` in `info`, as AdaSamplesGenerator
+--ada.baseline pool` (per-sample pool statistics `ada_pool_count/_mean/_std` in `info`, as RoundsSamplesGenerator
 puts them there); upstream ignores those extra `info` entries.
 
 Timing: for every repetition and setting both makers run back to back on fresh copies of the same batch, the order
@@ -79,7 +79,7 @@ class Batch:
         pass_rate = torch.rand(prompts, generator=g).repeat_interleave(n)
         self.rewards = (torch.rand(total, generator=g) < pass_rate).float()
         self.lengths = torch.randint(1, max_tokens + 1, (total,), generator=g)
-        # pool statistics as AdaSamplesGenerator reports them: the kept n plus further rounds of 2n
+        # pool statistics as RoundsSamplesGenerator reports them: the kept n plus further rounds of 2n
         extra = 2 * n * torch.randint(0, 4, (prompts,), generator=g)
         count = (n + extra).float()
         grouped = self.rewards.reshape(prompts, n)

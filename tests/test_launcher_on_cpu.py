@@ -14,9 +14,9 @@ import ray.actor
 
 from openrlhf_ada.cli import train_ppo_ray
 from openrlhf_ada.cli.train_ppo_ray import main, parse_args
-from openrlhf_ada.trainer.ppo_trainer import _AdaPPOTrainer
-from openrlhf_ada.trainer.ppo_trainer_async import _AdaPPOTrainerAsync
-from openrlhf_ada.trainer.ray.vllm_engine import _AdaRolloutRayActor
+from openrlhf_ada.trainer.ppo_trainer import _AdoraPoolPPOTrainer
+from openrlhf_ada.trainer.ppo_trainer_async import _AdoraPoolPPOTrainerAsync
+from openrlhf_ada.trainer.ray.vllm_engine import _GuardedRolloutRayActor
 
 REWARD = str(Path(__file__).resolve().parents[1] / "openrlhf_ada" / "rewards" / "toy.py")  # a real reward file
 BASE = ["--actor.model_name_or_path", "some/model", "--reward.remote_url", REWARD,
@@ -105,7 +105,7 @@ class _Built(Exception):
         self.actor_class = actor_class
 
 
-@pytest.mark.parametrize("async_enable,expected", [(False, _AdaPPOTrainer), (True, _AdaPPOTrainerAsync)])
+@pytest.mark.parametrize("async_enable,expected", [(False, _AdoraPoolPPOTrainer), (True, _AdoraPoolPPOTrainerAsync)])
 def test_train_builds_the_project_trainer(monkeypatch, async_enable, expected):
     """Run upstream's train() through the launcher with Ray and the GPU actor groups stubbed out; the first actor it
     creates is the trainer: it must be the project's class, and ray.init must carry the worker setup hook. The
@@ -135,7 +135,7 @@ def test_train_builds_the_project_trainer(monkeypatch, async_enable, expected):
     assert init_calls and init_calls[0]["runtime_env"]["worker_process_setup_hook"] == train_ppo_ray.WORKER_SETUP_HOOK
     assert init_calls[0]["runtime_env"]["env_vars"]["RAY_ENABLE_ZERO_COPY_TORCH_TENSORS"]  # upstream's env kept
     assert init_calls[0]["runtime_env"]["env_vars"]["OPENRLHF_ADA_REWARD_TIMEOUT"] == "60.0"
-    assert engine_module.RolloutRayActor.__ray_actor_class__ is _AdaRolloutRayActor  # engines get the reward guard
+    assert engine_module.RolloutRayActor.__ray_actor_class__ is _GuardedRolloutRayActor  # engines get the reward guard
 
 
 def test_misuse_stops_before_ray_starts(monkeypatch):
@@ -147,14 +147,14 @@ def test_misuse_stops_before_ray_starts(monkeypatch):
 
 
 def test_cluster_trainer_writes_standard_metric_rows(tmp_path):
-    from openrlhf_ada.trainer.ppo_trainer import AdaTrainerMixin
+    from openrlhf_ada.trainer.ppo_trainer import AdoraPoolTrainerMixin
     from openrlhf_ada.utils.metrics_log import read_metrics
 
     class Upstream:
         def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
             self.upstream_called = global_step
 
-    class Trainer(AdaTrainerMixin, Upstream):
+    class Trainer(AdoraPoolTrainerMixin, Upstream):
         args = parse_args(BASE + ["--ckpt.path", str(tmp_path)])
 
     trainer = Trainer()
@@ -175,13 +175,13 @@ def test_a_resumed_cluster_run_does_not_duplicate_steps(tmp_path):
     The rows of the redone steps go, and the running token total continues from step 3's."""
     import json
 
-    from openrlhf_ada.trainer.ppo_trainer import AdaTrainerMixin
+    from openrlhf_ada.trainer.ppo_trainer import AdoraPoolTrainerMixin
 
     class Upstream:
         def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
             pass
 
-    class Trainer(AdaTrainerMixin, Upstream):
+    class Trainer(AdoraPoolTrainerMixin, Upstream):
         args = parse_args(BASE + ["--ckpt.path", str(tmp_path)])
 
     path = tmp_path / "metrics.jsonl"
@@ -199,14 +199,14 @@ def test_the_cluster_trainer_warns_when_every_reward_is_the_same(monkeypatch):
     from openrlhf.trainer.ppo_utils.experience import Experience
 
     import openrlhf_ada.trainer.ppo_trainer as trainer_module
-    from openrlhf_ada.trainer.ppo_trainer import AdaTrainerMixin
+    from openrlhf_ada.trainer.ppo_trainer import AdoraPoolTrainerMixin
     from openrlhf_ada.utils.signal_watch import SignalState
 
     class Upstream:
         def train_step(self, rollout_samples, global_step):
             return {"policy_loss": 0.0}, global_step + 1
 
-    class Trainer(AdaTrainerMixin, Upstream):
+    class Trainer(AdoraPoolTrainerMixin, Upstream):
         pass
 
     warnings = []

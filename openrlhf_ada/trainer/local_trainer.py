@@ -1,7 +1,7 @@
 """The single-machine RL loop: the cluster trainer's sampling and advantage code, a plain-PyTorch policy update.
 
 One step, read top to bottom in `LocalTrainer.step`:
-1. generate: `AdaSamplesGenerator` (Reinforce-Ada rounds, or upstream's fixed n) dispatching to one rollout engine
+1. generate: `RoundsSamplesGenerator` (Reinforce-Ada rounds, or upstream's fixed n) dispatching to one rollout engine
    (OpenRLHF's RolloutRayActor on vLLM, or the transformers-backed HFRolloutActor) in a local Ray;
 2. score the samples under the current policy (and the frozen reference when KL is on), as upstream's
    make_experience does, then `AdoraPoolExperienceMaker.compute_advantages_and_returns` (estimators, ADORA, pool baseline);
@@ -51,7 +51,7 @@ from tqdm import tqdm
 
 from openrlhf_ada.trainer.ppo_utils.experience_maker import AdoraPoolExperienceMaker
 from openrlhf_ada.trainer.ppo_utils.sample_failures import rewards_of, sample_score
-from openrlhf_ada.trainer.ppo_utils.samples_generator import AdaSamplesGenerator
+from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
 from openrlhf_ada.utils.checkpoint_dir import find_checkpoint, remove_checkpoint, write_checkpoint
 from openrlhf_ada.utils.heldout import ACCURACY, EvalLoader, describe, heldout_metrics
 from openrlhf_ada.utils.metrics_log import MetricsWriter, keep_rows_up_to
@@ -81,7 +81,7 @@ class StepState:
     global_step: int
     generated_tokens_total: float
     loader: dict
-    generator: dict  # AdaSamplesGenerator.state_dict()
+    generator: dict  # RoundsSamplesGenerator.state_dict()
     torch_rng: list
     signal: dict
 
@@ -149,7 +149,7 @@ class LocalTrainer:
         self.strategy = LocalStrategy(args)
         self.loader = EpisodeLoader(prompts_dataset, seed=args.train.seed)
         self.eval_loader = EvalLoader(eval_dataset) if eval_dataset is not None and len(eval_dataset) else None
-        self.generator = AdaSamplesGenerator(strategy=self.strategy, prompts_dataloader=self.loader,
+        self.generator = RoundsSamplesGenerator(strategy=self.strategy, prompts_dataloader=self.loader,
                                              eval_dataloader=self.eval_loader, tokenizer=tokenizer,
                                              vllm_engines=[engine])
         self.kl_ctl = FixedKLController(args.algo.kl.init_coef)

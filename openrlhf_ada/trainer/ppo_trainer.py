@@ -1,4 +1,4 @@
-"""`AdaPPOTrainer`: upstream's PPOTrainer Ray actor, using AdaSamplesGenerator and AdoraPoolExperienceMaker.
+"""`AdoraPoolPPOTrainer`: upstream's PPOTrainer Ray actor, using RoundsSamplesGenerator and AdoraPoolExperienceMaker.
 
 A `@ray.remote` class cannot be subclassed, so the plain class is taken from `PPOTrainer.__ray_actor_class__`,
 subclassed, and wrapped with `ray.remote` again. The launcher puts the result where upstream's `train()` looks for
@@ -17,7 +17,7 @@ from openrlhf_ada.trainer.ppo_utils.batching import data_parallel_unit
 from openrlhf_ada.trainer.ppo_utils.experience_maker import AdoraPoolExperienceMaker
 from openrlhf_ada.trainer.ppo_utils.loader_state import LoaderWithSamplerState
 from openrlhf_ada.trainer.ppo_utils.sample_failures import rewards_of
-from openrlhf_ada.trainer.ppo_utils.samples_generator import AdaSamplesGenerator
+from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
 from openrlhf_ada.trainer.ray.engine_health import lost_engines_message, probe_engines
 from openrlhf_ada.utils.metrics_log import MetricsWriter, keep_rows_up_to, read_metrics, standardize
 from openrlhf_ada.utils.signal_watch import SignalState, observe
@@ -25,7 +25,7 @@ from openrlhf_ada.utils.signal_watch import SignalState, observe
 logger = init_logger(__name__)
 
 
-class AdaTrainerMixin:
+class AdoraPoolTrainerMixin:
     """For classes built on BasePPOTrainer: swap in AdoraPoolExperienceMaker, tell it which step it is computing, stop on
     a lost rollout engine before the weight sync would wait for it, watch the training signal, and write
     <ckpt.path>/metrics.jsonl."""
@@ -124,7 +124,7 @@ def install_cluster_samples_generator(owner) -> None:
     or the async GenerateSamplesActor), set up for the cluster trainer: short steps cut for the data-parallel ranks,
     a stop at once when an engine is lost, and the sampler's state checkpointed with the data position (the owner's
     `prompts_dataloader`, whose state_dict upstream saves with every checkpoint)."""
-    generator = AdaSamplesGenerator.from_upstream(owner.samples_generator,
+    generator = RoundsSamplesGenerator.from_upstream(owner.samples_generator,
                                                   batch_unit=data_parallel_unit(owner.samples_generator.args))
     generator.stop_on_engine_loss = True
     generator.prompts_dataloader = owner.prompts_dataloader = LoaderWithSamplerState(owner.prompts_dataloader,
@@ -132,11 +132,11 @@ def install_cluster_samples_generator(owner) -> None:
     owner.samples_generator = generator
 
 
-class _AdaPPOTrainer(AdaTrainerMixin, PPOTrainer.__ray_actor_class__):
+class _AdoraPoolPPOTrainer(AdoraPoolTrainerMixin, PPOTrainer.__ray_actor_class__):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         install_cluster_samples_generator(self)
         self._install_experience_maker()
 
 
-AdaPPOTrainer = ray.remote(_AdaPPOTrainer)
+AdoraPoolPPOTrainer = ray.remote(_AdoraPoolPPOTrainer)

@@ -1,15 +1,15 @@
 """Async mode (`--train.async_enable`): upstream's PPOTrainerAsync actor creates a GenerateSamplesActor (owns the
-samples generator) and a TrainingActor (owns the experience maker) by their module-level names. `AdaPPOTrainerAsync`
+samples generator) and a TrainingActor (owns the experience maker) by their module-level names. `AdoraPoolPPOTrainerAsync`
 points those names at the project's subclasses inside its own actor process, then runs upstream's constructor.
 """
 
 import openrlhf.trainer.ppo_trainer_async as upstream
 import ray
 
-from openrlhf_ada.trainer.ppo_trainer import AdaTrainerMixin, install_cluster_samples_generator
+from openrlhf_ada.trainer.ppo_trainer import AdoraPoolTrainerMixin, install_cluster_samples_generator
 
 
-class _AdaGenerateSamplesActor(upstream.GenerateSamplesActor.__ray_actor_class__):
+class _RoundsGenerateSamplesActor(upstream.GenerateSamplesActor.__ray_actor_class__):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         install_cluster_samples_generator(self)
@@ -18,7 +18,7 @@ class _AdaGenerateSamplesActor(upstream.GenerateSamplesActor.__ray_actor_class__
 _UpstreamTrainingActor = upstream.TrainingActor.__ray_actor_class__
 
 
-class _AdaTrainingActor(AdaTrainerMixin, _UpstreamTrainingActor):
+class _AdoraPoolTrainingActor(AdoraPoolTrainerMixin, _UpstreamTrainingActor):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._install_experience_maker()
@@ -29,19 +29,19 @@ class _AdaTrainingActor(AdaTrainerMixin, _UpstreamTrainingActor):
         value together with a copy of its class: upstream's zero-arg `super().broadcast_to_vllm()` then names that
         copy, which is not in this class's MRO ("super(type, obj): obj must be an instance or subtype of type").
         This method ships by reference and calls the TrainingActor of the actor process's own import."""
-        self._stop_on_lost_engines()  # as AdaTrainerMixin.broadcast_to_vllm, which this replaces
+        self._stop_on_lost_engines()  # as AdoraPoolTrainerMixin.broadcast_to_vllm, which this replaces
         return _UpstreamTrainingActor.broadcast_to_vllm(self)
 
 
-AdaGenerateSamplesActor = ray.remote(_AdaGenerateSamplesActor)
-AdaTrainingActor = ray.remote(_AdaTrainingActor)
+RoundsGenerateSamplesActor = ray.remote(_RoundsGenerateSamplesActor)
+AdoraPoolTrainingActor = ray.remote(_AdoraPoolTrainingActor)
 
 
-class _AdaPPOTrainerAsync(upstream.PPOTrainerAsync.__ray_actor_class__):
+class _AdoraPoolPPOTrainerAsync(upstream.PPOTrainerAsync.__ray_actor_class__):
     def __init__(self, *args, **kwargs):
-        upstream.GenerateSamplesActor = AdaGenerateSamplesActor
-        upstream.TrainingActor = AdaTrainingActor
+        upstream.GenerateSamplesActor = RoundsGenerateSamplesActor
+        upstream.TrainingActor = AdoraPoolTrainingActor
         super().__init__(*args, **kwargs)
 
 
-AdaPPOTrainerAsync = ray.remote(_AdaPPOTrainerAsync)
+AdoraPoolPPOTrainerAsync = ray.remote(_AdoraPoolPPOTrainerAsync)

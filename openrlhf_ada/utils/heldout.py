@@ -1,6 +1,6 @@
 """Held-out evaluation for the single-machine trainer: the eval prompt loader, the metrics and their plot.
 
-Generation is upstream's (`SamplesGenerator.generate_eval_samples`, through `AdaSamplesGenerator`, which leaves out
+Generation is upstream's (`SamplesGenerator.generate_eval_samples`, through `RoundsSamplesGenerator`, which leaves out
 the prompts whose reward failed); the per-source metrics are upstream's `compute_eval_metrics` (pass1 = mean reward
 per prompt, pass{n} = best reward per prompt, response length, truncation rate, per `datasource` of the eval file).
 Added here, over all held-out problems, with a sample counted correct when its score (its reward when the reward file

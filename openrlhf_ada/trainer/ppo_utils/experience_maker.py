@@ -3,7 +3,7 @@
 Only `compute_advantages_and_returns` changes:
 - neither feature active at this step: upstream's method, untouched (bit-for-bit);
 - `--ada.enable --ada.baseline pool` with rloo / reinforce_baseline / dr_grpo / group_norm: the group baseline uses
-  the per-prompt pool statistics that AdaSamplesGenerator put into each sample's `info` (ada_pool_count / _mean /
+  the per-prompt pool statistics that RoundsSamplesGenerator put into each sample's `info` (ada_pool_count / _mean /
   _std) instead of the kept group's; everything around it (length penalties, KL reward, clipping, returns, global
   whitening for reinforce_baseline) follows upstream's order, built from upstream's own helpers, except the returns:
   one reverse cumulative sum (algorithms/returns.py) instead of upstream's loop over positions;
@@ -127,7 +127,7 @@ class AdoraPoolExperienceMaker(RemoteExperienceMaker):
         missing = [k for k in POOL_KEYS if any(k not in e.info for e in experiences)]
         if missing:
             raise RuntimeError(
-                f"--ada.baseline pool needs {missing} in every sample's info (set by AdaSamplesGenerator); "
+                f"--ada.baseline pool needs {missing} in every sample's info (set by RoundsSamplesGenerator); "
                 "these experiences were not produced by it"
             )
         for e in experiences:

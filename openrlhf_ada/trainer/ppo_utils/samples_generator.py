@@ -1,4 +1,4 @@
-"""`AdaSamplesGenerator`: upstream's SamplesGenerator with Reinforce-Ada's adaptive multi-round sampling.
+"""`RoundsSamplesGenerator`: upstream's SamplesGenerator with Reinforce-Ada's adaptive multi-round sampling.
 
 Only the training generation step changes (`_generate_vllm` outside evaluation): it runs one `RoundStep`
 (round_loop.py), where each prompt's `PromptPool` (openrlhf_ada.algorithms.reinforce_ada) decides round sizes, the
@@ -66,7 +66,7 @@ def uniform_info_keys(samples: List[Experience]) -> List[str]:
     return sorted(filled)
 
 
-class AdaSamplesGenerator(SamplesGenerator):
+class RoundsSamplesGenerator(SamplesGenerator):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.ada = ada_config(self.args) if self.args.ada.enable else None
@@ -97,7 +97,7 @@ class AdaSamplesGenerator(SamplesGenerator):
             check_streaming_engines(self.vllm_engines)
 
     @classmethod
-    def from_upstream(cls, generator: SamplesGenerator, batch_unit: Optional[int] = None) -> "AdaSamplesGenerator":
+    def from_upstream(cls, generator: SamplesGenerator, batch_unit: Optional[int] = None) -> "RoundsSamplesGenerator":
         """Build from an upstream SamplesGenerator that an upstream constructor already made; `batch_unit`: see
         batching.data_parallel_unit."""
         new = cls(

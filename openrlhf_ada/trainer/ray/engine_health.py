@@ -50,12 +50,12 @@ def probe_engines(engines, timeout: float) -> Tuple[list, List[str]]:
 
 def check_streaming_engines(engines) -> None:
     """--ada.cancel needs engines that hand samples back one by one and cancel requests: the project's
-    AdaRolloutRayActor (vLLM). Raises ValueError naming the others."""
+    GuardedRolloutRayActor (vLLM). Raises ValueError naming the others."""
     lacking = [f"engine {i} ({engine})" for i, engine in enumerate(engines)
                if not (hasattr(engine, "generate_stream") and hasattr(engine, "cancel_stream"))]
     if lacking:
         raise ValueError(
             f"--ada.cancel needs rollout engines that stream samples and cancel requests (openrlhf_ada's "
-            f"AdaRolloutRayActor on vLLM); {', '.join(lacking)} cannot. Use the project's launchers "
+            f"GuardedRolloutRayActor on vLLM); {', '.join(lacking)} cannot. Use the project's launchers "
             "(train_ppo_ray, train_local --local.engine vllm) or drop --ada.cancel."
         )

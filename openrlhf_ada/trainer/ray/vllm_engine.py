@@ -1,4 +1,4 @@
-"""`AdaRolloutRayActor`: OpenRLHF's RolloutRayActor (vLLM) with
+"""`GuardedRolloutRayActor`: OpenRLHF's RolloutRayActor (vLLM) with
 - the reward guard (per-call timeout and result checks, see reward_guard.py) in place of upstream's executor, with
   the timeout from `reward_timeout` or the env var OPENRLHF_ADA_REWARD_TIMEOUT (the cluster launcher sets it, since
   upstream's create_vllm_engines passes no extra arguments);
@@ -93,7 +93,7 @@ class _CountingEngine:
                 progress.current = 0
 
 
-class _AdaRolloutRayActor(RolloutRayActor.__ray_actor_class__):
+class _GuardedRolloutRayActor(RolloutRayActor.__ray_actor_class__):
     async def __init__(self, *args, reward_timeout=None, **kwargs):
         try:
             with engine_start_errors() as errors:
@@ -183,4 +183,4 @@ class _AdaRolloutRayActor(RolloutRayActor.__ray_actor_class__):
         return total
 
 
-AdaRolloutRayActor = ray.remote(_AdaRolloutRayActor)
+GuardedRolloutRayActor = ray.remote(_GuardedRolloutRayActor)
