@@ -334,6 +334,22 @@ def _patch_vllm_sleep_mode() -> None:
     _after_import("vllm.platforms.cpu", patch)
 
 
+def _wrap_cpu_platform_config(wrapper) -> None:
+    """Wrap vLLM's ``CpuPlatform.check_and_update_config`` (vllm/platforms/cpu.py), where vLLM settles an engine's
+    configuration on CPU: ``wrapper(original, cls, vllm_config)`` runs in its place. Each patch that changes that
+    configuration wraps it once, so each stays skippable on its own."""
+
+    def patch(module):
+        original = module.CpuPlatform.check_and_update_config.__func__
+
+        def check_and_update_config(cls, vllm_config):
+            return wrapper(original, cls, vllm_config)
+
+        module.CpuPlatform.check_and_update_config = classmethod(check_and_update_config)
+
+    _after_import("vllm.platforms.cpu", patch)
+
+
 def _patch_vllm_kv_cache_size() -> None:
     """vllm/v1/worker/cpu_worker.py L200-255 sizes the KV cache as ``gpu_memory_utilization`` x the memory node's
     total RAM minus the engine's own: a size that depends on the machine (openrlhf_ada/utils/kv_cache.py), and
@@ -342,19 +358,13 @@ def _patch_vllm_kv_cache_size() -> None:
     has none gets it here, before vllm/platforms/cpu.py L198 (``check_and_update_config``) reads it."""
     from openrlhf_ada.utils.kv_cache import kv_cache_bytes_from_env
 
-    def patch(module):
-        original = module.CpuPlatform.check_and_update_config.__func__
+    def check_and_update_config(original, cls, vllm_config):
+        size = kv_cache_bytes_from_env()
+        if size and vllm_config.cache_config.kv_cache_memory_bytes is None:
+            vllm_config.cache_config.kv_cache_memory_bytes = size
+        return original(cls, vllm_config)
 
-        def check_and_update_config(cls, vllm_config):
-            size = kv_cache_bytes_from_env()
-            if size and vllm_config.cache_config.kv_cache_memory_bytes is None:
-                vllm_config.cache_config.kv_cache_memory_bytes = size
-            return original(cls, vllm_config)
-
-        module.CpuPlatform.check_and_update_config = classmethod(check_and_update_config)
-
-    _after_import("vllm.platforms.cpu", patch)
-
+    _wrap_cpu_platform_config(check_and_update_config)
 
 
 def _patch_vllm_single_process_worker() -> None:
@@ -366,20 +376,15 @@ def _patch_vllm_single_process_worker() -> None:
     (engine actor -> engine core with its worker) and its start-up time back; generation runs unbound OpenMP
     threads."""
 
-    def patch(module):
-        original = module.CpuPlatform.check_and_update_config.__func__
+    def check_and_update_config(original, cls, vllm_config):
+        parallel = vllm_config.parallel_config
+        asked = parallel.distributed_executor_backend
+        result = original(cls, vllm_config)
+        if asked == "uni" and parallel.world_size == 1:
+            parallel.distributed_executor_backend = "uni"
+        return result
 
-        def check_and_update_config(cls, vllm_config):
-            parallel = vllm_config.parallel_config
-            asked = parallel.distributed_executor_backend
-            result = original(cls, vllm_config)
-            if asked == "uni" and parallel.world_size == 1:
-                parallel.distributed_executor_backend = "uni"
-            return result
-
-        module.CpuPlatform.check_and_update_config = classmethod(check_and_update_config)
-
-    _after_import("vllm.platforms.cpu", patch)
+    _wrap_cpu_platform_config(check_and_update_config)
 
 #: driver and Ray workers: everything; vLLM's own processes: only what runs there (torch.cuda stays untouched).
 _PROCESS_PATCHES = (_patch_triton_cross_entropy, _patch_cuda_device_calls, _patch_weight_sync_group,
