@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
 from openrlhf_ada.algorithms._checks import check_choice, check_finite, check_int
+from openrlhf_ada.algorithms.estimate import PROMPT_WEIGHTS, STRATEGIES, EstConfig
 from openrlhf_ada.algorithms.history import HistoryConfig, PromptHistory, round_schedule
 from openrlhf_ada.algorithms.registry import Registry
 
@@ -130,6 +131,18 @@ class AdaConfig:
     history_target: float = HistoryConfig.target  # 0: no first-round sizing (measured to cost tokens; history.py)
     history_skip: float = HistoryConfig.skip
     history_window: int = HistoryConfig.window
+    # Reinforce-Ada-Est (estimate.py): one pass, samples per prompt allocated from an estimate of its pass rate
+    strategy: str = "seq"  # seq: the rounds above; est: Reinforce-Ada-Est
+    est_min: int = EstConfig.n_min
+    est_max: int = EstConfig.n_max
+    est_decay: float = EstConfig.decay
+    est_alpha: float = EstConfig.alpha
+    est_beta: float = EstConfig.beta
+    est_eps: float = EstConfig.eps
+    # the explicit per-prompt weight of the log objective, on each group's advantages after the baseline
+    prompt_weight: str = "auto"  # auto: none for seq, inv_sqrt_pass_rate for est
+    prompt_weight_eps: float = 0.01
+    prompt_weight_cap: float = 10.0
 
     def __post_init__(self):
         check_int("n (--rollout.n_samples_per_prompt)", self.n, 2)
@@ -150,6 +163,12 @@ class AdaConfig:
                 raise ValueError(f"ada.{name}={getattr(self, name)!r} is invalid; accepted values: True, False")
         check_choice("ada.cancel_order", self.cancel_order, CANCEL_ORDERS)
         _ = self.history_config  # checks ada.history_target, ada.history_skip, ada.history_window
+        check_choice("ada.strategy", self.strategy, STRATEGIES)
+        check_choice("ada.prompt_weight", self.prompt_weight, ("auto",) + PROMPT_WEIGHTS)
+        check_finite("ada.prompt_weight_eps", self.prompt_weight_eps, minimum=0.0)
+        check_finite("ada.prompt_weight_cap", self.prompt_weight_cap, minimum=1.0)
+        if self.strategy == "est":
+            _ = self.est_config  # checks the --ada.est_* values
         if self.max_samples < self.n:
             raise ValueError(
                 f"ada.first_round_size + ada.round_size x (ada.max_rounds - 1) = {self.max_samples} samples per prompt "
@@ -173,7 +192,21 @@ class AdaConfig:
 
     @property
     def history_config(self) -> HistoryConfig:
-        return HistoryConfig(target=self.history_target, skip=self.history_skip, window=self.history_window)
+        return HistoryConfig(target=self.history_target, skip=self.history_skip, window=self.history_window,
+                             ema=self.strategy == "est", ema_decay=self.est_decay)
+
+    @property
+    def est_config(self) -> EstConfig:
+        return EstConfig(budget=self.n, n_min=self.est_min,
+                         n_max=self.est_max, decay=self.est_decay, alpha=self.est_alpha, beta=self.est_beta,
+                         eps=self.est_eps)
+
+    @property
+    def weight_kind(self) -> str:
+        """The --ada.prompt_weight in force (auto resolved by the strategy)."""
+        if self.prompt_weight != "auto":
+            return self.prompt_weight
+        return "inv_sqrt_pass_rate" if self.strategy == "est" else "none"
 
 
 @dataclass
