@@ -385,6 +385,10 @@ def validate_est(args, ada: AdaConfig, estimator, adora) -> None:
         if changed:
             raise ValueError(f"{', '.join(changed)} only act(s) with --ada.strategy est: add it or drop them")
         return
+    if estimator not in GROUP_BASELINE_ESTIMATORS:
+        raise ValueError(f"--ada.strategy est trains every sample in groups of varying size with each prompt's own "
+                         f"baseline: it needs one of {', '.join(GROUP_BASELINE_ESTIMATORS)} as "
+                         f"--algo.advantage.estimator (got {estimator})")
     gen_batch = _get(args, "rollout.vllm_generate_batch_size")
     for flag, bad in (("--ada.cancel", ada.cancel),
                       ("--rollout.vllm_generate_batch_size", gen_batch not in (None, _get(args, "rollout.batch_size"))),

@@ -199,3 +199,43 @@ def test_allocation_metrics_by_hand():
     assert (m["ada/alloc_min"], m["ada/alloc_median"], m["ada/alloc_max"]) == (4.0, 4.0, 16.0)
     # the identity: (r_batch - r_prompt) x mean(N) = Cov; r_batch = (4 + 4 + 4) / 24 = 0.5, r_prompt = 0.75
     assert (0.5 - 0.75) * 8 == pytest.approx(m["ada/alloc_cov_n_r"])
+
+
+def test_simulate_est_over_two_epochs_by_hand():
+    from openrlhf_ada.algorithms.reinforce_ada import simulate_est
+
+    config = EstConfig(budget=4, n_min=2, n_max=8, decay=0.5, eps=0.0)
+    history = PromptHistory(HistoryConfig(ema=True, ema_decay=0.5))
+    streams = [[1.0] * 8, [0.0] * 8, [1.0, 0.0] * 4]
+    keys = ["easy", "hard", "mixed"]
+    # epoch 0: all unseen, p_hat 1/2 -> 4 each
+    first = simulate_est(streams, config=config, history=history, prompt_keys=keys, epoch=0)
+    assert [r.samples for r in first] == [4, 4, 4] and [r.num_pos for r in first] == [4, 0, 2]
+    assert first[2].kept == [0, 1, 2, 3] and first[2].pool_mean == 0.5
+    # epoch 1: p_hat = 5/6, 1/6, 3/6; w = 1.09545, 2.44949, 1.41421 (sum 4.95915); shares of 12: 2.651, 5.927,
+    # 3.422; floors 2, 5, 3 = 10; the 2 missing go to .927 (hard) and .651 (easy) -> [3, 6, 3]
+    second = simulate_est(streams, config=config, history=history, prompt_keys=keys, epoch=1)
+    assert [r.samples for r in second] == [3, 6, 3]
+    # the counts: easy 0.5 x 4 + 3 = 5 of which 0.5 x 4 + 3 = 5 correct
+    assert history.ema_counts("easy") == (5.0, 5.0) and history.ema_counts("hard") == (8.0, 0.0)
+    with pytest.raises(ValueError, match="ema=True"):
+        simulate_est(streams, config=config, history=PromptHistory(), prompt_keys=keys)
+
+
+def test_est_flags_are_checked_against_the_rest():
+    from openrlhf_ada.cli.train_ppo_ray import parse_args
+
+    def parse(*extra):
+        return parse_args(["--actor.model_name_or_path", "m", "--reward.remote_url", "http://localhost:5000/r",
+                           "--rollout.n_samples_per_prompt", "8", "--algo.advantage.estimator", "dr_grpo", *extra])
+
+    ns = parse("--ada.enable", "--ada.strategy", "est", "--ada.est_max", "16")
+    assert ns.ada.strategy == "est" and ns.ada.est_max == 16 and ns.ada.prompt_weight == "auto"
+    for bad in (["--ada.enable", "--ada.strategy", "est", "--ada.cancel"],
+                ["--ada.enable", "--ada.strategy", "est", "--adora.enable"],
+                ["--ada.enable", "--ada.strategy", "est", "--algo.advantage.estimator", "gae", "--ada.baseline",
+                 "group", "--ada.prompt_weight", "none"],
+                ["--ada.enable", "--ada.est_max", "16"],  # an Est flag without Est
+                ["--ada.strategy", "est"]):  # without --ada.enable
+        with pytest.raises(SystemExit):
+            parse(*bad)

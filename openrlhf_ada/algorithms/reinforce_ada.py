@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
 from openrlhf_ada.algorithms._checks import check_choice, check_finite, check_int
-from openrlhf_ada.algorithms.estimate import PROMPT_WEIGHTS, STRATEGIES, EstConfig
+from openrlhf_ada.algorithms.estimate import PROMPT_WEIGHTS, STRATEGIES, EstConfig, allocate, pass_rate_estimate
 from openrlhf_ada.algorithms.history import HistoryConfig, PromptHistory, round_schedule
 from openrlhf_ada.algorithms.registry import Registry
 
@@ -635,6 +635,47 @@ def simulate(
                 first_round=first_drawn,
             )
         )
+    return results
+
+
+def simulate_est(
+    reward_streams: Sequence[Sequence[float]],
+    *,
+    config: EstConfig,
+    history: PromptHistory,
+    prompt_keys: Sequence[str],
+    epoch: int = 0,
+    positive_threshold: float = AdaConfig.positive_threshold,
+    length_streams: Optional[Sequence[Sequence[int]]] = None,
+) -> List[SimResult]:
+    """One Reinforce-Ada-Est step over the given prompts (stream p = the rewards prompt p would produce; rewards
+    double as scores): p_hat from the history's Ada-EMA counts (unseen: the prior), the counts allocated for a step of
+    config.budget x prompts (`estimate.allocate`), each prompt's first N_x stream values all kept, and each outcome
+    recorded into the history for `epoch` (updated in place; its config must have `ema` on). A stream shorter than
+    its count is a ValueError."""
+    if not history.config.ema:
+        raise ValueError("simulate_est needs a PromptHistory whose config has ema=True (the estimator's counts)")
+    if len(prompt_keys) != len(reward_streams):
+        raise ValueError(f"prompt_keys has {len(prompt_keys)} keys for {len(reward_streams)} reward streams")
+    if not reward_streams:
+        return []
+    counts = [history.ema_counts(str(k)) for k in prompt_keys]
+    p_hat = pass_rate_estimate([c[0] for c in counts], [c[1] for c in counts], config.alpha, config.beta)
+    sizes = allocate(p_hat, config.budget * len(reward_streams), config.n_min, config.n_max, config.eps).tolist()
+    results = []
+    for p, (stream, size) in enumerate(zip(reward_streams, sizes)):
+        chunk = [float(x) for x in stream[:size]]
+        lens = [int(x) for x in length_streams[p][:size]] if length_streams is not None else [0] * size
+        if len(chunk) < size or len(lens) < size:
+            raise ValueError(f"reward_streams[{p}] has {len(stream)} rewards; its count is {size}")
+        num_pos = sum(x > positive_threshold for x in chunk)
+        history.record(str(prompt_keys[p]), epoch, num_pos, size - num_pos)
+        mean = sum(chunk) / size
+        std = math.sqrt(max(sum((x - mean) ** 2 for x in chunk) / (size - 1), 0.0))
+        results.append(SimResult(samples=size, rounds=1, resolved=0 < num_pos < size, kept=list(range(size)),
+                                 pool_mean=mean, pool_std=std, outcome="kept", num_pos=num_pos,
+                                 num_neg=size - num_pos, round_resolved=None, tokens=sum(lens),
+                                 finished=tuple(range(size)), first_round=size))
     return results
 
 
