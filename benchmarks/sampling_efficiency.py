@@ -77,8 +77,9 @@ if REPO not in sys.path:
 import torch  # noqa: E402
 
 from openrlhf_ada.algorithms.adora import group_stats  # noqa: E402
+from openrlhf_ada.algorithms.estimate import EstConfig  # noqa: E402
 from openrlhf_ada.algorithms.history import HistoryConfig, PromptHistory, prompt_key  # noqa: E402
-from openrlhf_ada.algorithms.reinforce_ada import select_group, simulate  # noqa: E402
+from openrlhf_ada.algorithms.reinforce_ada import select_group, simulate, simulate_est  # noqa: E402
 
 SECTION = "sampling_efficiency"
 N = 4  # the authors' trained group size
@@ -515,10 +516,12 @@ class EpochUniverse:
 
 @dataclass(frozen=True)
 class EpochMethod:
-    """A sampler over the epochs. family "grpo": n samples per prompt; "ada": `simulate` with these options."""
+    """A sampler over the epochs. family "grpo": n samples per prompt; "ada": `simulate` with these options; "est":
+    Reinforce-Ada-Est (`simulate_est`, steps of STEP_PROMPTS prompts, n samples per prompt on average)."""
 
     name: str
     family: str = "ada"
+    n: int = N  # grpo: samples per prompt; est: the mean samples per prompt (the budget)
     mode: str = "balance"
     first: int = 8
     round: int = 8
@@ -532,13 +535,17 @@ class EpochMethod:
 
     @property
     def cap(self) -> int:
-        return N if self.family == "grpo" else self.first + self.round * (self.rounds - 1)
+        if self.family == "est":
+            return EstConfig(budget=self.n).n_max
+        return self.n if self.family == "grpo" else self.first + self.round * (self.rounds - 1)
 
 
 EPOCH_REFERENCE = "ada-balance 8+8x3 (authors)"
 FLOOR_BALANCE = "floor: sequential balance, free skip of prompts without signal"
 EPOCH_METHODS: List[EpochMethod] = [
     EpochMethod("GRPO n=4", "grpo"),
+    EpochMethod("GRPO n=8", "grpo", n=8),
+    EpochMethod("Est: 8 per prompt on average, 2..32 (--ada.strategy est)", "est", n=8),
     EpochMethod("ada-pos 8+8x3 (authors)", mode="pos"),
     EpochMethod(EPOCH_REFERENCE),
     EpochMethod("+ cancel (arrival)", cancel=True),
@@ -561,6 +568,9 @@ def run_epochs(method: EpochMethod, u: EpochUniverse, seed: int) -> Dict:
     """Totals of one method over all epochs of a universe (see epoch_row for what they become)."""
     history = PromptHistory(HistoryConfig(target=method.target, skip=method.skip, window=method.window)) \
         if method.history else None
+    if method.family == "est":  # the estimator's counts, from the project's defaults
+        est = EstConfig(budget=method.n)
+        history = PromptHistory(HistoryConfig(ema=True, ema_decay=est.decay))
     t = {k: 0 for k in ("visits", "skipped", "trained", "signal", "tokens", "useful_tokens", "samples",
                         "kept_len", "kept_n", "finished_len", "finished_n", "started_len", "started_n",
                         "kept_pos_len", "kept_pos_n", "started_pos_len", "started_pos_n",
@@ -570,7 +580,13 @@ def run_epochs(method: EpochMethod, u: EpochUniverse, seed: int) -> Dict:
     for e in range(len(u.outcomes)):
         outcomes, lengths, trunc = u.outcomes[e], u.lengths[e], u.truncated[e]
         P = len(outcomes)
-        if method.family != "ada":
+        if method.family == "est":  # one step per STEP_PROMPTS prompts, each allocated from the estimates so far
+            results = []
+            for start in range(0, P, STEP_PROMPTS):
+                part = slice(start, min(start + STEP_PROMPTS, P))
+                results += simulate_est(outcomes[part].tolist(), config=est, history=history,
+                                        prompt_keys=u.keys[part], epoch=e, length_streams=lengths[part].tolist())
+        elif method.family != "ada":
             results = [None] * P
         else:
             results = simulate(outcomes.tolist(), n=N, round_size=method.round, first_round_size=method.first,
@@ -586,7 +602,8 @@ def run_epochs(method: EpochMethod, u: EpochUniverse, seed: int) -> Dict:
                 t["missed_signal"] += int(both)
                 continue
             if method.family == "grpo":  # the first n samples, one round
-                drawn, finished, kept, rounds, tokens = N, range(N), list(range(N)), 1, int(lengths[i][:N].sum())
+                n = method.n
+                drawn, finished, kept, rounds, tokens = n, range(n), list(range(n)), 1, int(lengths[i][:n].sum())
             elif method.family == "floor":
                 drawn = floor_draws(outcomes[i], method.mode)
                 if drawn == 0:  # no signal in its cap of samples: skipped for free, not counted as a visit
@@ -625,11 +642,11 @@ def run_epochs(method: EpochMethod, u: EpochUniverse, seed: int) -> Dict:
                 t["useful_tokens"] += sum(kept_len)
                 adora_rows.append(([o[j] for j in kept], kept_len, [bool(trunc[i][j]) for j in kept]))
     t["rounds_hist"] = rounds_hist
-    if adora_rows:
-        scores, lens, truncs = (torch.tensor([row[k] for row in adora_rows]) for k in range(3))
-        t["adora_advantageous"] = int(group_stats(scores, lens, truncs).advantageous.sum())
-    else:
-        t["adora_advantageous"] = 0
+    t["adora_advantageous"] = 0
+    for size in sorted({len(row[0]) for row in adora_rows}):  # groups of one size at a time (Est's vary)
+        same = [row for row in adora_rows if len(row[0]) == size]
+        scores, lens, truncs = (torch.tensor([row[k] for row in same]) for k in range(3))
+        t["adora_advantageous"] += int(group_stats(scores, lens, truncs).advantageous.sum())
     return t
 
 
@@ -743,7 +760,8 @@ def epoch_tables(rows: List[Dict], mixes: Sequence[str], lengths: Sequence[str])
     parts = []
     for mix in mixes:
         desc = MIXES[mix][0] if mix in MIXES else mix
-        head = ["method", "coverage", "signal / visit", "rounds", f"E[max rounds], {STEP_PROMPTS} prompts",
+        head = ["method", "samples / visit", "coverage", "signal / visit", "rounds",
+                f"E[max rounds], {STEP_PROMPTS} prompts",
                 "skipped (of which signal lost)"]
         for lm in lengths:
             head += [f"{lm}: tokens / signal group", "x authors' balance (seeds)", "eta (tokens)"]
@@ -751,7 +769,8 @@ def epoch_tables(rows: List[Dict], mixes: Sequence[str], lengths: Sequence[str])
         by = {(r["lengths"], r["method"]): r for r in rows if r["mix"] == mix}
         for name in dict.fromkeys(r["method"] for r in rows if r["mix"] == mix):
             first = by[(lengths[0], name)]
-            cells = [name, _fmt(first["coverage"]), _fmt(first["signal_per_visit"]), _fmt(first["rounds_mean"], 2),
+            cells = [name, _fmt(first["samples_per_visit"], 2), _fmt(first["coverage"]),
+                     _fmt(first["signal_per_visit"]), _fmt(first["rounds_mean"], 2),
                      _fmt(first["max_rounds_step"], 2),
                      f"{_fmt(first['skipped_share'])} ({_fmt(first['missed_signal_share'])})"]
             for lm in lengths:
@@ -888,7 +907,12 @@ def epoch_section(args, rows: List[Dict]) -> str:
         "no signal within the cap and skip them for free, and draw one sample at a time (no rounds); the first "
         "stops on the authors' exit rule (2 correct + 2 wrong), the second as soon as both classes and 4 samples "
         "are there (the rule of the single-step `oracle-seq`). `sequential` draws one sample per round through "
-        "the project's code (29 rounds).",
+        "the project's code (29 rounds). samples / visit = samples generated per prompt visit: `GRPO n=8` and "
+        "`Est` spend the same budget, 8 per prompt (Est allocates it in steps of "
+        f"{STEP_PROMPTS} prompts from each prompt's Ada-EMA pass-rate estimate over the earlier epochs, within "
+        "[2, 32], decay 0.9, Beta(1, 1) prior, eps 0.01, every sample trained: its groups have different sizes, "
+        "and a group counts as signal when it holds both classes); the authors' balance spends what its rounds "
+        "need.",
         "",
         epoch_report(rows, list(args.mixes), lengths),
     ])

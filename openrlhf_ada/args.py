@@ -16,6 +16,7 @@ from typing import Optional
 from openrlhf_ada.algorithms._checks import check_finite
 from openrlhf_ada.algorithms.adora import ADORA_RULES, AdoraConfig, load_weight_func
 from openrlhf_ada.algorithms.baselines import GROUP_BASELINE_ESTIMATORS
+from openrlhf_ada.algorithms.estimate import PROMPT_WEIGHTS, STRATEGIES
 from openrlhf_ada.algorithms.reinforce_ada import (
     BASELINES,
     CANCEL_ORDERS,
@@ -39,13 +40,22 @@ def add_project_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     g = parser.add_argument_group("ADORA (openrlhf-ada): per-prompt advantage weights")
     _bool_flag(g, "--adora.enable", "Multiply each prompt group's final advantages by its ADORA weight")
     g.add_argument("--adora.variant", type=str, default=adora.variant, choices=ADORA_RULES.names(),
-                   help=f"Degenerate-group rule: {ADORA_RULES.describe()}")
+                   help=f"Weight rule: {ADORA_RULES.describe()}")
     g.add_argument("--adora.lam", type=float, default=adora.lam, help="Weight of groups that are not advantageous")
     g.add_argument("--adora.boost", type=float, default=adora.boost, help="Weight of advantageous groups")
     g.add_argument("--adora.positive_threshold", type=float, default=adora.positive_threshold,
                    help="A sample is correct when its score (Experience.scores) is above this, for ADORA's weights "
                         "only: the two methods' authors classify on different reward scales (ADORA's text trainer: "
                         "1.01 on Logic-RL scores), so it is apart from --ada.positive_threshold")
+    g.add_argument("--adora.tau", type=float, default=adora.tau,
+                   help="With --adora.variant paper_llm: a group has the Difficulty Advantage when its success rate "
+                        "(share of correct samples) is at most this (the paper's 0.5)")
+    g.add_argument("--adora.amplify", type=float, default=adora.amplify,
+                   help="With --adora.variant paper_llm: weight of groups with both the Length and the Difficulty "
+                        "Advantage (the paper's 2.0; the others keep 1)")
+    g.add_argument("--adora.attenuate", type=float, default=adora.attenuate,
+                   help="With --adora.variant paper_vl: weight of groups without the Length Advantage (the paper's "
+                        "0.1; the others keep 1)")
     g.add_argument("--adora.start_step", type=int, default=adora.start_step,
                    help="First global step (as logged) with weights")
     g.add_argument("--adora.end_step", type=int, default=adora.end_step,
@@ -96,6 +106,39 @@ def add_project_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     g.add_argument("--ada.history_window", type=int, default=ada.history_window,
                    help="With --ada.history: epochs (the prompt's most recent sampled ones) that must all be "
                         "saturated before it can be skipped")
+    g.add_argument("--ada.strategy", type=str, default=ada.strategy, choices=STRATEGIES,
+                   help="seq: rounds until each prompt shows signal, n trained per prompt (the authors' code); est: "
+                        "Reinforce-Ada-Est, one pass per step with each prompt's sample count allocated from its "
+                        "estimated pass rate (proportional to 1/sqrt(p_hat) + --ada.est_eps, within "
+                        "[--ada.est_min, --ada.est_max], exactly --rollout.n_samples_per_prompt per prompt on average, "
+                        "the budget: the paper's 8 matches GRPO with n = 8) and every "
+                        "sample trained in groups of varying size; the estimate is kept per prompt (sha256 of its "
+                        "text) in the checkpoints, like --ada.history's")
+    g.add_argument("--ada.est_min", type=int, default=ada.est_min,
+                   help="With --ada.strategy est: fewest samples a prompt gets (>= 2: a group baseline needs two)")
+    g.add_argument("--ada.est_max", type=int, default=ada.est_max,
+                   help="With --ada.strategy est: most samples a prompt gets")
+    g.add_argument("--ada.est_decay", type=float, default=ada.est_decay,
+                   help="With --ada.strategy est: Ada-EMA's discount of a prompt's earlier counts each time it is "
+                        "sampled again (N <- decay x N + new samples)")
+    g.add_argument("--ada.est_alpha", type=float, default=ada.est_alpha,
+                   help="With --ada.strategy est: Beta prior's alpha; p_hat = (N_pos + alpha) / (N_total + alpha + "
+                        "beta), so an unseen prompt gets alpha / (alpha + beta)")
+    g.add_argument("--ada.est_beta", type=float, default=ada.est_beta,
+                   help="With --ada.strategy est: Beta prior's beta")
+    g.add_argument("--ada.est_eps", type=float, default=ada.est_eps,
+                   help="With --ada.strategy est: added to 1/sqrt(p_hat) in the allocation weight (larger: more "
+                        "uniform allocation)")
+    g.add_argument("--ada.prompt_weight", type=str, default=ada.prompt_weight, choices=("auto",) + PROMPT_WEIGHTS,
+                   help="Explicit per-prompt weight of the log objective on each group's advantages after the "
+                        "baseline, from the prompt's pass rate p (seq: its pool's; est: its samples'): none; "
+                        "inv_pass_rate, min(cap, 1/p + eps) (the paper's Seq weight); inv_sqrt_pass_rate, "
+                        "min(cap, 1/sqrt(p) + eps) (the paper's Est advantage); auto (default): none with seq, "
+                        "inv_sqrt_pass_rate with est")
+    g.add_argument("--ada.prompt_weight_eps", type=float, default=ada.prompt_weight_eps,
+                   help="eps of --ada.prompt_weight")
+    g.add_argument("--ada.prompt_weight_cap", type=float, default=ada.prompt_weight_cap,
+                   help="Largest --ada.prompt_weight (a prompt with p = 0 gets it)")
 
     g = parser.add_argument_group("Faults (openrlhf-ada): what a long run survives")
     g.add_argument("--fault.reward_timeout", type=float, default=fault.reward_timeout,
@@ -140,6 +183,7 @@ def adora_config(args) -> AdoraConfig:
     return AdoraConfig(
         enable=a.enable, variant=a.variant, lam=a.lam, boost=a.boost, positive_threshold=a.positive_threshold,
         start_step=a.start_step, end_step=a.end_step, weight_func=a.weight_func,
+        **{k: _get(args, "adora." + k, getattr(AdoraConfig, k)) for k in ("tau", "amplify", "attenuate")},
     )
 
 
@@ -151,11 +195,14 @@ def ada_config(args) -> AdaConfig:
         unresolved=a.unresolved, selection=a.selection, baseline=a.baseline, schedule=a.schedule,
         seed=_get(args, "train.seed", AdaConfig.seed),
         # namespaces built without the newer flags (tests, older callers) get the config's defaults
-        **{k: _get(args, "ada." + k, getattr(AdaConfig, k)) for k in ("cancel", "cancel_order", *HISTORY_FLAGS)},
+        **{k: _get(args, "ada." + k, getattr(AdaConfig, k))
+           for k in ("cancel", "cancel_order", *HISTORY_FLAGS, *EST_FLAGS)},
     )
 
 
 HISTORY_FLAGS = ("history", "history_target", "history_skip", "history_window")
+EST_FLAGS = ("strategy", "est_min", "est_max", "est_decay", "est_alpha", "est_beta", "est_eps",
+             "prompt_weight", "prompt_weight_eps", "prompt_weight_cap")
 
 ENGINE_TIMEOUT_FLOOR = 900.0  # seconds: the derived --fault.engine_timeout never goes below this
 SLOW_DECODE_TOKENS_PER_S = 10.0  # the slow decode rate one whole request must be allowed to run at
@@ -297,6 +344,10 @@ def validate(args) -> None:
             load_weight_func(adora.weight_func)  # fails now, naming file and function, not mid-run
     validate_cancel_and_history(args)
     if not args.ada.enable:
+        changed = [f"--ada.{k}" for k in EST_FLAGS if _get(args, "ada." + k, getattr(AdaConfig, k)) !=
+                   getattr(AdaConfig, k)]
+        if changed:
+            raise ValueError(f"{', '.join(changed)} change(s) Reinforce-Ada, so it needs --ada.enable")
         validate_group_estimator(args)
         return
     if n < 2:
@@ -316,3 +367,35 @@ def validate(args) -> None:
             f"--algo.advantage.estimator={estimator} has none. Use one of those or --ada.baseline group"
         )
     validate_group_estimator(args)
+    validate_est(args, ada, estimator, adora)
+
+
+def validate_est(args, ada: AdaConfig, estimator, adora) -> None:
+    """--ada.strategy est and --ada.prompt_weight against the rest; raise ValueError naming the flags."""
+    if ada.weight_kind != "none" and estimator not in GROUP_BASELINE_ESTIMATORS:
+        raise ValueError(f"--ada.prompt_weight {ada.weight_kind} weights each group's advantages after the baseline "
+                         f"of {', '.join(GROUP_BASELINE_ESTIMATORS)}; --algo.advantage.estimator={estimator} has "
+                         "none")
+    if ada.weight_kind != "none" and ada.strategy == "seq" and ada.baseline != "pool":
+        raise ValueError(f"--ada.prompt_weight {ada.weight_kind} with --ada.strategy seq reads the pool's pass rate: "
+                         "it needs --ada.baseline pool")
+    if ada.strategy != "est":
+        changed = [f"--ada.{k}" for k in EST_FLAGS[1:7] if _get(args, "ada." + k, getattr(AdaConfig, k)) !=
+                   getattr(AdaConfig, k)]
+        if changed:
+            raise ValueError(f"{', '.join(changed)} only act(s) with --ada.strategy est: add it or drop them")
+        return
+    if estimator not in GROUP_BASELINE_ESTIMATORS:
+        raise ValueError(f"--ada.strategy est trains every sample in groups of varying size with each prompt's own "
+                         f"baseline: it needs one of {', '.join(GROUP_BASELINE_ESTIMATORS)} as "
+                         f"--algo.advantage.estimator (got {estimator})")
+    gen_batch = _get(args, "rollout.vllm_generate_batch_size")
+    for flag, bad in (("--ada.cancel", ada.cancel),
+                      ("--rollout.vllm_generate_batch_size", gen_batch not in (None, _get(args, "rollout.batch_size"))),
+                      ("--ada.history_target", ada.history_target > 0),
+                      ("--adora.enable", adora.enable),
+                      ("--algo.dynamic_filtering_enable", bool(_get(args, "algo.dynamic_filtering_enable", False)))):
+        if bad:
+            raise ValueError(f"--ada.strategy est samples each prompt once with its allocated count; {flag} "
+                             "does not combine with it (rounds to cancel or size, fixed-size groups, or a generation "
+                             "batch that upstream splits by n samples per prompt)")

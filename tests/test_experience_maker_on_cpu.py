@@ -227,3 +227,60 @@ def test_per_prompt_values_leave_info_once_used():
     for flags in (ADA, ()):
         out = run(AdoraPoolExperienceMaker, make_args("dr_grpo", *flags), make_experiences(pool=extra))
         assert not [k for e in out for k in e.info if k.startswith(("ada_pool", "ada_samples"))]
+
+
+# -- --ada.strategy est: every sample trained, groups of varying size ----------------------------------------------
+EST = ["--ada.enable", "--ada.strategy", "est"]
+# rollout order: a group of 3 (pool indices 0, 1, 2), then one of 5 (0..4); REWARDS = [1, 0, 0 | 0, 1, 1, 0, 1]
+EST_INDEX = [0, 1, 2, 0, 1, 2, 3, 4]
+EST_COUNT = [3, 3, 3, 5, 5, 5, 5, 5]
+EST_PASS = [1 / 3] * 3 + [3 / 5] * 5
+
+
+def est_experiences(kl_scale=0.0):
+    experiences = make_experiences(kl_scale=kl_scale)
+    for e in experiences:
+        e.info = {"ada_pool_index": torch.tensor([float(EST_INDEX[i]) for i in e.index]),
+                  "ada_pool_count": torch.tensor([float(EST_COUNT[i]) for i in e.index]),
+                  "ada_pool_mean": torch.zeros(len(e.index)), "ada_pool_std": torch.ones(len(e.index)),
+                  "ada_pool_pass_rate": torch.tensor([EST_PASS[i] for i in e.index])}
+    return experiences
+
+
+def test_est_advantage_by_hand_dr_grpo():
+    """Group [1, 0, 0]: mean 1/3, weight 1/sqrt(1/3) + 0.01 = 1.74205; group [0, 1, 1, 0, 1]: mean 3/5, weight
+    1/sqrt(0.6) + 0.01 = 1.30098. Advantage (r - mean) x weight, on every sample."""
+    out = run(AdoraPoolExperienceMaker, make_args("dr_grpo", *EST), est_experiences())
+    w0, w1 = 1 / (1 / 3) ** 0.5 + 0.01, 1 / 0.6 ** 0.5 + 0.01
+    expected = [(2 / 3) * w0, (-1 / 3) * w0, (-1 / 3) * w0] + [x * w1 for x in (-0.6, 0.4, 0.4, -0.6, 0.4)]
+    assert per_sample_advantage(out) == pytest.approx(expected, rel=1e-5)
+    for e in out:  # the per-prompt values leave info once used
+        assert not any(k.startswith("ada_pool") for k in e.info)
+
+
+def test_est_rloo_without_weight_and_kl_outside_the_weight():
+    """--ada.prompt_weight none: plain leave-one-out baselines per group of its own size: group 0: 1 - 0, 0 - 1/2,
+    0 - 1/2; group 1: 0 - 3/4, 1 - 2/4 (x3 pattern)."""
+    out = run(AdoraPoolExperienceMaker, make_args("rloo", *EST, "--ada.prompt_weight", "none"), est_experiences())
+    expected = [1.0, -0.5, -0.5, -0.75, 0.5, 0.5, -0.75, 0.5]
+    assert per_sample_advantage(out) == pytest.approx(expected, rel=1e-5)
+
+
+def test_est_rejects_samples_that_are_not_whole_groups():
+    experiences = est_experiences()
+    for e in experiences:
+        e.info["ada_pool_count"] = torch.full((len(e.index),), 4.0)
+    with pytest.raises(RuntimeError, match="whole groups"):
+        run(AdoraPoolExperienceMaker, make_args("dr_grpo", *EST), experiences)
+
+
+def test_seq_prompt_weight_inv_pass_rate_by_hand():
+    """Seq with the pool baseline and --ada.prompt_weight inv_pass_rate: pool of prompt 0: mean 1/8 over 8 samples,
+    pass rate 1/8 -> weight min(10, 8 + 0.01) = 8.01; prompt 1: pass rate 0.75 -> 1/0.75 + 0.01 = 1.34333."""
+    pool = {"ada_pool_count": [8, 4], "ada_pool_mean": [1 / 8, 0.75], "ada_pool_std": [1.0, 1.0],
+            "ada_pool_pass_rate": [1 / 8, 0.75]}
+    args = make_args("dr_grpo", "--ada.enable", "--ada.prompt_weight", "inv_pass_rate")
+    out = run(AdoraPoolExperienceMaker, args, make_experiences(pool=pool))
+    w0, w1 = 8.01, 1 / 0.75 + 0.01
+    expected = [x * w0 for x in (7 / 8, -1 / 8, -1 / 8, -1 / 8)] + [x * w1 for x in (0.25, 0.25, -0.75, 0.25)]
+    assert per_sample_advantage(out) == pytest.approx(expected, rel=1e-5)

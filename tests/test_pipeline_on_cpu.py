@@ -364,3 +364,40 @@ def test_shipped_script_through_ray_job_submit_on_two_nodes(tmp_path, shm_segmen
     rows = jsonl_rows(tmp_path / "run" / "ckpt" / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2] and all(r["rollout/num_samples"] == 32 for r in rows)
     assert (tmp_path / "run" / "model.safetensors").exists()
+
+
+def test_launcher_est_two_ranks_allocates_from_the_resumed_estimator(tmp_path, tiny_llama_path, scripted_reward):
+    """--ada.strategy est through the cluster launcher, 2 actor ranks colocated with 2 engines, ZeRO-3. 8 prompts, 2
+    of them never solved, one step per episode (batch 8, n = 4: 32 samples a step).
+    Episode 1 (step 1): every prompt unseen, p_hat 1/2 -> 4 samples each. Recorded: each mixed prompt 2 of 4
+    correct, each never prompt 0 of 4. The run stops; the same command with --ckpt.load_enable and a second
+    episode allocates step 2 from the saved estimator: mixed p_hat (2 + 1) / (4 + 2) = 1/2, w = 1/sqrt(1/2) + 0.01
+    = 1.42421; never p_hat 1/6, w = 2.45949; sum 6 x 1.42421 + 2 x 2.45949 = 13.46425; shares of 32: mixed
+    3.3849, never 5.8454; floors 3 x 6 + 5 x 2 = 28, the 4 missing go to the larger fractions (both never
+    prompts, then two mixed): never 6 and 6, mixed 4, 4, 3, 3, 3, 3. Without the estimator's state step 2 would
+    be 4 for every prompt."""
+    data = write_prompts(tmp_path / "prompts.jsonl", 8, never=2)
+    flags = common_flags(tiny_llama_path, data, tmp_path, reward=scripted_reward) + [
+        "--algo.advantage.estimator", "dr_grpo", "--actor.num_gpus_per_node", "2", "--vllm.num_engines", "2",
+        "--train.colocate_all", "--vllm.enable_sleep", "--ds.enable_sleep", "--algo.kl.init_coef", "0",
+        "--ckpt.save_steps", "1", "--ada.enable", "--ada.strategy", "est", "--train.num_episodes", "1",
+    ]
+    first = launch("openrlhf_ada.cli.train_ppo_ray", flags, tmp_path / "first.log")
+    assert_ok(first)
+    metrics = tmp_path / "ckpt" / "metrics.jsonl"
+    rows = jsonl_rows(metrics)
+    assert [r["step"] for r in rows] == [1] and rows[0]["rollout/num_samples"] == 32
+    assert (rows[0]["ada_alloc_min"], rows[0]["ada_alloc_max"]) == (4, 4)
+    assert rows[0]["ada_est_p_hat_mean"] == pytest.approx(0.5)
+
+    second = launch("openrlhf_ada.cli.train_ppo_ray", flags + ["--train.num_episodes", "2", "--ckpt.load_enable"],
+                    tmp_path / "second.log")
+    assert_ok(second)
+    rows = jsonl_rows(metrics)
+    assert [r["step"] for r in rows] == [1, 2]
+    step2 = rows[1]
+    assert step2["rollout/num_samples"] == 32 and step2["ada_samples_generated"] == 32
+    assert (step2["ada_alloc_min"], step2["ada_alloc_median"], step2["ada_alloc_max"]) == (3, 3, 6)
+    assert step2["ada_est_p_hat_mean"] == pytest.approx((6 * 0.5 + 2 / 6) / 8)
+    assert step2["ada_alloc_cov_n_r"] < 0  # the never-solved prompts (reward 0) got the most samples
+    assert not [k for k in step2 if k.startswith("ada_pool")]

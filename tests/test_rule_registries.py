@@ -71,9 +71,9 @@ def test_a_registered_adora_rule_is_a_choice_and_weighs_the_groups():
 
     try:
         variant = flag("--adora.variant")
-        assert variant.choices == ("llm", "vl", "strict")
-        assert variant.help.endswith(", vl (vision trainer: no positive -> boost, no usable negative -> lam) or "
-                                     "strict (only advantageous groups -> boost)")
+        assert variant.choices == ("llm", "vl", "paper_llm", "paper_vl", "strict")
+        assert ", vl (vision trainer: no positive -> boost, no usable negative -> lam), " in variant.help
+        assert variant.help.endswith(" or strict (only advantageous groups -> boost)")
         assert AdoraConfig(variant="strict").variant == "strict"
         scores, lengths = [[1, 0, 0], [0, 0, 0], [1, 1, 1]], [[9, 4, 6], [5, 5, 5], [5, 5, 5]]
         assert adora_weights(scores, lengths, variant="strict", lam=0.1, boost=2.0).tolist() == pytest.approx(
@@ -82,7 +82,7 @@ def test_a_registered_adora_rule_is_a_choice_and_weighs_the_groups():
             [2.0, 0.1, 2.0])
     finally:
         ADORA_RULES.unregister("strict")
-    assert flag("--adora.variant").choices == ("llm", "vl")
+    assert flag("--adora.variant").choices == ("llm", "vl", "paper_llm", "paper_vl")
 
 
 def test_an_adora_rule_of_the_wrong_shape_is_refused_naming_it():

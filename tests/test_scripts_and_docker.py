@@ -60,6 +60,18 @@ AUTHORS_REINFORCE_ADA = {
 
 # What each script is for; a script not listed here still gets every generic check.
 EXPECTED = {
+    "train_reinforce_ada_est.sh": {
+        "algo.advantage.estimator": "dr_grpo",
+        "ada.enable": True,
+        "ada.strategy": "est",
+        "rollout.n_samples_per_prompt": 8,
+        "ada.est_min": 2,
+        "ada.est_max": 32,
+        "ada.prompt_weight": "inv_sqrt_pass_rate",
+        "ada.positive_threshold": 0.7,
+        "algo.kl.init_coef": 0.0,
+        "adora.enable": False,
+    },
     "train_adora_grpo.sh": {
         "algo.advantage.estimator": "group_norm",
         "adora.enable": True,

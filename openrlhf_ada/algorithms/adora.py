@@ -10,8 +10,17 @@ Two variants differ only in the degenerate groups:
     positives, no usable negative          boost                     lam
     otherwise                              boost if maxPos > meanNeg else lam
 
+The paper (arXiv 2602.10019) states the rule with two criteria per group, Length Advantage (maxPos > meanNeg, as
+above) and Difficulty Advantage (the group's success rate <= tau), and weights by model kind:
+
+    paper_llm   amplify (2.0) when both criteria hold, else 1
+    paper_vl    attenuate (0.1) when the length criterion fails, else 1
+
+with tau, amplify and attenuate as flags (`PaperParams`).
+
 Each variant is one registered weight rule (`@register_adora_rule(name, help)`, see registry.py), which turns the
-per-group facts of `group_stats` into one weight per group. A sample is positive when score > positive_threshold.
+per-group facts of `group_stats` into one weight per group (a rule with a keyword `paper` also gets the
+`PaperParams`). A sample is positive when score > positive_threshold.
 Everything here is pure torch: no Ray, no vLLM.
 """
 
@@ -46,18 +55,43 @@ class AdoraConfig:
     start_step: int = 0
     end_step: int = -1
     weight_func: Optional[str] = None  # "path.py:function"; replaces the built-in rule
+    tau: float = 0.5  # paper rules: the Difficulty Advantage's success-rate threshold
+    amplify: float = 2.0  # paper_llm: weight of groups with both advantages
+    attenuate: float = 0.1  # paper_vl: weight of groups without the length advantage
 
     def __post_init__(self):
         check_choice("adora.variant", self.variant, ADORA_RULES.names())
         check_finite("adora.lam", self.lam, minimum=0.0)
         check_finite("adora.boost", self.boost, minimum=0.0)
         check_finite("adora.positive_threshold", self.positive_threshold)
+        _ = self.paper  # checks adora.tau, adora.amplify, adora.attenuate
         check_int("adora.start_step", self.start_step, 0)
         check_int("adora.end_step", self.end_step, -1)
         if self.end_step != -1 and self.end_step <= self.start_step:
             raise ValueError(
                 f"adora.end_step={self.end_step} must be -1 (forever) or > adora.start_step={self.start_step}"
             )
+
+
+    @property
+    def paper(self) -> "PaperParams":
+        return PaperParams(tau=self.tau, amplify=self.amplify, attenuate=self.attenuate)
+
+
+@dataclass(frozen=True)
+class PaperParams:
+    """The paper rules' settings (--adora.tau, --adora.amplify, --adora.attenuate), with the paper's values."""
+
+    tau: float = 0.5
+    amplify: float = 2.0
+    attenuate: float = 0.1
+
+    def __post_init__(self):
+        check_finite("adora.tau", self.tau, minimum=0.0)
+        if float(self.tau) > 1.0:
+            raise ValueError(f"adora.tau={self.tau!r} is invalid; accepted values: numbers in [0, 1] (a success rate)")
+        check_finite("adora.amplify", self.amplify, minimum=0.0)
+        check_finite("adora.attenuate", self.attenuate, minimum=0.0)
 
 
 @dataclass(frozen=True)
@@ -69,6 +103,7 @@ class GroupStats:
     max_pos: torch.Tensor  # float: longest positive sample (-inf without positives)
     mean_neg: torch.Tensor  # float: mean length of usable negatives (nan without them)
     advantageous: torch.Tensor  # bool: max_pos > mean_neg (False where either side is missing)
+    pass_rate: Optional[torch.Tensor] = None  # float: share of positive samples (the paper's success rate)
 
 
 def group_stats(scores, lengths, truncated=None, *, positive_threshold: float = AdoraConfig.positive_threshold,
@@ -92,7 +127,8 @@ def group_stats(scores, lengths, truncated=None, *, positive_threshold: float = 
     mean_neg = torch.where(n_neg > 0, (lens * usable_neg).sum(-1) / n_neg.clamp(min=1), torch.full_like(max_pos, math.nan))
     has_pos = pos.any(-1)
     has_usable_neg = n_neg > 0
-    return GroupStats(has_pos, has_usable_neg, max_pos, mean_neg, has_pos & has_usable_neg & (max_pos > mean_neg))
+    return GroupStats(has_pos, has_usable_neg, max_pos, mean_neg, has_pos & has_usable_neg & (max_pos > mean_neg),
+                      pos.double().mean(-1))
 
 
 #: ADORA weight rules by name (`--adora.variant`): fn(stats: GroupStats, lam, boost) -> float32 weights [P].
@@ -124,13 +160,39 @@ def vl_rule(stats: GroupStats, lam: float, boost: float) -> torch.Tensor:
     return table_weights(stats, advantageous=boost, other=lam, no_pos=boost, no_neg=lam)
 
 
+@register_adora_rule("paper_llm", "the paper's text rule: amplify when maxPos > meanNeg and success rate <= tau")
+def paper_llm_rule(stats: GroupStats, lam: float, boost: float, *, paper: PaperParams = PaperParams()
+                   ) -> torch.Tensor:
+    """The paper's rule for language models: a group with both the Length Advantage (maxPos > meanNeg) and the
+    Difficulty Advantage (success rate <= tau) is amplified by `amplify`; every other group keeps weight 1."""
+    both = stats.advantageous & (stats.pass_rate <= float(paper.tau))
+    return torch.where(both, torch.tensor(float(paper.amplify)), torch.tensor(1.0)).float()
+
+
+@register_adora_rule("paper_vl", "the paper's vision-language rule: attenuate when not maxPos > meanNeg")
+def paper_vl_rule(stats: GroupStats, lam: float, boost: float, *, paper: PaperParams = PaperParams()
+                  ) -> torch.Tensor:
+    """The paper's rule for vision-language models: a group without the Length Advantage (no positive, no usable
+    negative, or maxPos <= meanNeg) is attenuated by `attenuate`; the others keep weight 1. Difficulty is not used."""
+    return torch.where(stats.advantageous, torch.tensor(1.0), torch.tensor(float(paper.attenuate))).float()
+
+
+def _takes_paper(fn) -> bool:
+    try:
+        return "paper" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def weights_from_stats(stats: GroupStats, *, variant: str = AdoraConfig.variant, lam: float = AdoraConfig.lam,
-                       boost: float = AdoraConfig.boost) -> torch.Tensor:
-    """The weight rule `variant` (module docstring), one float32 weight per group."""
+                       boost: float = AdoraConfig.boost, paper: Optional[PaperParams] = None) -> torch.Tensor:
+    """The weight rule `variant` (module docstring), one float32 weight per group; `paper`: the paper rules'
+    settings (default: the paper's values)."""
     rule = ADORA_RULES.get(variant, "variant")
     check_finite("lam", lam, minimum=0.0)
     check_finite("boost", boost, minimum=0.0)
-    w = rule(stats, float(lam), float(boost))
+    extra = {"paper": paper or PaperParams()} if _takes_paper(rule) else {}
+    w = rule(stats, float(lam), float(boost), **extra)
     if not isinstance(w, torch.Tensor) or tuple(w.shape) != tuple(stats.has_pos.shape):
         raise ValueError(f"ADORA rule {variant!r} returned {getattr(w, 'shape', type(w).__name__)}; accepted: a "
                          f"tensor of shape {list(stats.has_pos.shape)} (one weight per group)")
@@ -147,6 +209,7 @@ def adora_weights(
     lam: float = AdoraConfig.lam,
     boost: float = AdoraConfig.boost,
     max_length=None,
+    paper: Optional[PaperParams] = None,
 ) -> torch.Tensor:
     """One ADORA weight per prompt group.
 
@@ -155,7 +218,7 @@ def adora_weights(
     """
     stats = group_stats(scores, lengths, truncated, positive_threshold=positive_threshold, max_length=max_length)
     warn_if_threshold_unreachable(scores, positive_threshold)
-    return weights_from_stats(stats, variant=variant, lam=lam, boost=boost)
+    return weights_from_stats(stats, variant=variant, lam=lam, boost=boost, paper=paper)
 
 
 def threshold_unreachable(scores, positive_threshold: float) -> bool:
@@ -296,7 +359,7 @@ def sample_weights(
         if stats is None:
             stats = group_stats(scores, lengths, truncated, positive_threshold=config.positive_threshold)
         warn_if_threshold_unreachable(scores, config.positive_threshold)
-        w = weights_from_stats(stats, variant=config.variant, lam=config.lam, boost=config.boost)
+        w = weights_from_stats(stats, variant=config.variant, lam=config.lam, boost=config.boost, paper=config.paper)
     return w.reshape(P, -1).expand(P, n).contiguous()
 
 

@@ -26,6 +26,9 @@ it is off unless a target is given.
 as evenly as possible over the remaining rounds, so the cap and the number of rounds stay those configured (and a
 first round equal to the configured one gives the configured schedule).
 
+With `ema` on (Reinforce-Ada-Est, `--ada.strategy est`), every record also updates the prompt's Ada-EMA counts
+(estimate.py), which are saved and resumed with the rest.
+
 `PromptHistory` is the store: a dict from key to records, serialisable to and from a plain dict (checkpoints).
 Pure python (hashlib for the key).
 """
@@ -39,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from openrlhf_ada.algorithms._checks import check_finite, check_int
+from openrlhf_ada.algorithms.estimate import ema_update
 
 HISTORY_FORMAT = 1  # version of the dict written by PromptHistory.to_dict
 
@@ -62,6 +66,9 @@ class HistoryConfig:
     prior_b: float = 1.0
     decay: float = 0.5  # weight of a record one epoch older than the last (pass rates move while training)
     keep: int = 4  # records kept per prompt
+    # Reinforce-Ada-Est's estimator (estimate.py): discounted counts per prompt, updated at every record
+    ema: bool = False
+    ema_decay: float = 0.9
 
     def __post_init__(self):
         check_finite("ada.history_target", self.target, minimum=0.0)
@@ -78,6 +85,9 @@ class HistoryConfig:
         check_int("history keep", self.keep, 1)
         if self.keep < self.window:
             raise ValueError(f"history keep={self.keep} < ada.history_window={self.window}: the window must fit")
+        check_finite("ada.est_decay", self.ema_decay, minimum=0.0)
+        if float(self.ema_decay) > 1.0:
+            raise ValueError(f"ada.est_decay={self.ema_decay!r} is invalid; accepted values: numbers in [0, 1]")
 
 
 @dataclass(frozen=True)
@@ -185,6 +195,8 @@ class PromptHistory:
 
     config: HistoryConfig = field(default_factory=HistoryConfig)
     records: Dict[str, List[EpochRecord]] = field(default_factory=dict)
+    # with config.ema: Ada-EMA's (N_total, N_pos) per key, one update per `record` call (estimate.ema_update)
+    ema: Dict[str, Tuple[float, float]] = field(default_factory=dict)
 
     def get(self, key: str) -> List[EpochRecord]:
         return list(self.records.get(key, ()))
@@ -203,6 +215,13 @@ class PromptHistory:
         else:
             entries.append(EpochRecord(epoch, num_pos, num_neg))
         del entries[: -self.config.keep]
+        if self.config.ema:
+            total, pos = self.ema.get(key, (0.0, 0.0))
+            self.ema[key] = ema_update(total, pos, num_pos + num_neg, num_pos, self.config.ema_decay)
+
+    def ema_counts(self, key: str) -> Tuple[float, float]:
+        """Ada-EMA's discounted (N_total, N_pos) of a prompt; (0, 0) for one never recorded."""
+        return self.ema.get(key, (0.0, 0.0))
 
     def plan(self, key: str, epoch: int, *, n: int, cap: int, seed: int) -> Plan:
         """Skip this prompt, or sample it with which first round (see the module docstring)."""
@@ -214,8 +233,11 @@ class PromptHistory:
         return Plan(False, first, post)
 
     def to_dict(self) -> dict:
-        return {"format": HISTORY_FORMAT,
-                "prompts": {k: [[r.epoch, r.num_pos, r.num_neg] for r in v] for k, v in self.records.items()}}
+        out = {"format": HISTORY_FORMAT,
+               "prompts": {k: [[r.epoch, r.num_pos, r.num_neg] for r in v] for k, v in self.records.items()}}
+        if self.config.ema:
+            out["ema"] = {k: [total, pos] for k, (total, pos) in self.ema.items()}
+        return out
 
     @classmethod
     def from_dict(cls, data: dict, config: Optional[HistoryConfig] = None) -> "PromptHistory":
@@ -228,6 +250,12 @@ class PromptHistory:
                 if len(row) != 3:
                     raise ValueError(f"prompt history entry {key!r}: {row!r} is not [epoch, num_pos, num_neg]")
                 history.record(str(key), *(int(x) for x in row))
+        if history.config.ema and "ema" in data:  # else: the records replayed, one update each
+            saved = data["ema"]
+            if not isinstance(saved, dict) or any(not isinstance(v, (list, tuple)) or len(v) != 2 or
+                                                  not 0 <= float(v[1]) <= float(v[0]) for v in saved.values()):
+                raise ValueError("prompt history 'ema': expected {key: [N_total, N_pos]} with 0 <= N_pos <= N_total")
+            history.ema = {str(k): (float(v[0]), float(v[1])) for k, v in saved.items()}
         return history
 
     def __len__(self) -> int:

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
 from openrlhf_ada.algorithms._checks import check_choice, check_finite, check_int
+from openrlhf_ada.algorithms.estimate import PROMPT_WEIGHTS, STRATEGIES, EstConfig, allocate, pass_rate_estimate
 from openrlhf_ada.algorithms.history import HistoryConfig, PromptHistory, round_schedule
 from openrlhf_ada.algorithms.registry import Registry
 
@@ -130,6 +131,18 @@ class AdaConfig:
     history_target: float = HistoryConfig.target  # 0: no first-round sizing (measured to cost tokens; history.py)
     history_skip: float = HistoryConfig.skip
     history_window: int = HistoryConfig.window
+    # Reinforce-Ada-Est (estimate.py): one pass, samples per prompt allocated from an estimate of its pass rate
+    strategy: str = "seq"  # seq: the rounds above; est: Reinforce-Ada-Est
+    est_min: int = EstConfig.n_min
+    est_max: int = EstConfig.n_max
+    est_decay: float = EstConfig.decay
+    est_alpha: float = EstConfig.alpha
+    est_beta: float = EstConfig.beta
+    est_eps: float = EstConfig.eps
+    # the explicit per-prompt weight of the log objective, on each group's advantages after the baseline
+    prompt_weight: str = "auto"  # auto: none for seq, inv_sqrt_pass_rate for est
+    prompt_weight_eps: float = 0.01
+    prompt_weight_cap: float = 10.0
 
     def __post_init__(self):
         check_int("n (--rollout.n_samples_per_prompt)", self.n, 2)
@@ -150,6 +163,12 @@ class AdaConfig:
                 raise ValueError(f"ada.{name}={getattr(self, name)!r} is invalid; accepted values: True, False")
         check_choice("ada.cancel_order", self.cancel_order, CANCEL_ORDERS)
         _ = self.history_config  # checks ada.history_target, ada.history_skip, ada.history_window
+        check_choice("ada.strategy", self.strategy, STRATEGIES)
+        check_choice("ada.prompt_weight", self.prompt_weight, ("auto",) + PROMPT_WEIGHTS)
+        check_finite("ada.prompt_weight_eps", self.prompt_weight_eps, minimum=0.0)
+        check_finite("ada.prompt_weight_cap", self.prompt_weight_cap, minimum=1.0)
+        if self.strategy == "est":
+            _ = self.est_config  # checks the --ada.est_* values
         if self.max_samples < self.n:
             raise ValueError(
                 f"ada.first_round_size + ada.round_size x (ada.max_rounds - 1) = {self.max_samples} samples per prompt "
@@ -173,7 +192,21 @@ class AdaConfig:
 
     @property
     def history_config(self) -> HistoryConfig:
-        return HistoryConfig(target=self.history_target, skip=self.history_skip, window=self.history_window)
+        return HistoryConfig(target=self.history_target, skip=self.history_skip, window=self.history_window,
+                             ema=self.strategy == "est", ema_decay=self.est_decay)
+
+    @property
+    def est_config(self) -> EstConfig:
+        return EstConfig(budget=self.n, n_min=self.est_min,
+                         n_max=self.est_max, decay=self.est_decay, alpha=self.est_alpha, beta=self.est_beta,
+                         eps=self.est_eps)
+
+    @property
+    def weight_kind(self) -> str:
+        """The --ada.prompt_weight in force (auto resolved by the strategy)."""
+        if self.prompt_weight != "auto":
+            return self.prompt_weight
+        return "inv_sqrt_pass_rate" if self.strategy == "est" else "none"
 
 
 @dataclass
@@ -602,6 +635,47 @@ def simulate(
                 first_round=first_drawn,
             )
         )
+    return results
+
+
+def simulate_est(
+    reward_streams: Sequence[Sequence[float]],
+    *,
+    config: EstConfig,
+    history: PromptHistory,
+    prompt_keys: Sequence[str],
+    epoch: int = 0,
+    positive_threshold: float = AdaConfig.positive_threshold,
+    length_streams: Optional[Sequence[Sequence[int]]] = None,
+) -> List[SimResult]:
+    """One Reinforce-Ada-Est step over the given prompts (stream p = the rewards prompt p would produce; rewards
+    double as scores): p_hat from the history's Ada-EMA counts (unseen: the prior), the counts allocated for a step of
+    config.budget x prompts (`estimate.allocate`), each prompt's first N_x stream values all kept, and each outcome
+    recorded into the history for `epoch` (updated in place; its config must have `ema` on). A stream shorter than
+    its count is a ValueError."""
+    if not history.config.ema:
+        raise ValueError("simulate_est needs a PromptHistory whose config has ema=True (the estimator's counts)")
+    if len(prompt_keys) != len(reward_streams):
+        raise ValueError(f"prompt_keys has {len(prompt_keys)} keys for {len(reward_streams)} reward streams")
+    if not reward_streams:
+        return []
+    counts = [history.ema_counts(str(k)) for k in prompt_keys]
+    p_hat = pass_rate_estimate([c[0] for c in counts], [c[1] for c in counts], config.alpha, config.beta)
+    sizes = allocate(p_hat, config.budget * len(reward_streams), config.n_min, config.n_max, config.eps).tolist()
+    results = []
+    for p, (stream, size) in enumerate(zip(reward_streams, sizes)):
+        chunk = [float(x) for x in stream[:size]]
+        lens = [int(x) for x in length_streams[p][:size]] if length_streams is not None else [0] * size
+        if len(chunk) < size or len(lens) < size:
+            raise ValueError(f"reward_streams[{p}] has {len(stream)} rewards; its count is {size}")
+        num_pos = sum(x > positive_threshold for x in chunk)
+        history.record(str(prompt_keys[p]), epoch, num_pos, size - num_pos)
+        mean = sum(chunk) / size
+        std = math.sqrt(max(sum((x - mean) ** 2 for x in chunk) / (size - 1), 0.0))
+        results.append(SimResult(samples=size, rounds=1, resolved=0 < num_pos < size, kept=list(range(size)),
+                                 pool_mean=mean, pool_std=std, outcome="kept", num_pos=num_pos,
+                                 num_neg=size - num_pos, round_resolved=None, tokens=sum(lens),
+                                 finished=tuple(range(size)), first_round=size))
     return results
 
 

@@ -135,10 +135,13 @@ def sequence_log_probs(model, experience: Experience) -> torch.Tensor:
     return torch.log_softmax(logits, dim=-1).gather(-1, experience.sequences[:, 1:].unsqueeze(-1)).squeeze(-1)
 
 
-def group_signal(samples: List[Experience], n: int) -> List[bool]:
-    """Per group of n consecutive samples: do the rewards differ (non-zero advantage under any group baseline)?"""
+def group_signal(samples: List[Experience], n) -> List[bool]:
+    """Per group of n consecutive samples (n: an int, or the groups' sizes in order, as --ada.strategy est's vary): do
+    the rewards differ (non-zero advantage under any group baseline)?"""
     rewards = rewards_of(samples)
-    return [len(set(rewards[i : i + n])) > 1 for i in range(0, len(rewards), n)]
+    sizes = [n] * (len(rewards) // n) if isinstance(n, int) else list(n)
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    return [len(set(rewards[a : a + size])) > 1 for a, size in zip(starts, sizes)]
 
 
 class LocalTrainer:
@@ -414,14 +417,17 @@ class LocalTrainer:
         rewards = torch.tensor(rewards_of(samples))
         scores = torch.tensor([sample_score(s) for s in samples])
         lengths = torch.tensor([float(s.response_length.reshape(-1)[0]) for s in samples])
-        signal_groups = group_signal(samples, n)
+        est = self.generator.rounds is not None and getattr(self.generator.rounds, "strategy", "seq") == "est"
+        sizes = self.generator.last_group_sizes if est else [n] * (len(samples) // n)
+        signal_groups = group_signal(samples, sizes)
         gen = self.generator.last_metrics if self.generator.rounds is not None else {}  # n = 1: upstream's path
         generated = gen.get("ada/tokens_generated", lengths.sum().item())
         per_prompt = gen.get("ada/samples_per_prompt_mean", float(n))
         if "ada/eta" in gen:
             eta = gen["ada/eta"]
         else:
-            useful = sum(lengths[i * n : (i + 1) * n].sum().item() for i, s in enumerate(signal_groups) if s)
+            starts = [sum(sizes[:i]) for i in range(len(sizes))]
+            useful = sum(lengths[a : a + size].sum().item() for a, size, s in zip(starts, sizes, signal_groups) if s)
             eta = useful / generated if generated else 0.0
         self.generated_tokens_total += generated
         metrics = {
@@ -443,6 +449,8 @@ class LocalTrainer:
         adora_keys = [k for k in experiences[0].info if k.startswith("adora_")]
         for key in adora_keys:
             metrics[key.replace("adora_", "adora/", 1)] = torch.cat([e.info[key] for e in experiences]).mean().item()
+        if "ada_prompt_weight" in experiences[0].info:  # --ada.prompt_weight: the step's mean weight
+            metrics["ada/prompt_weight"] = torch.cat([e.info["ada_prompt_weight"] for e in experiences]).mean().item()
         if "ada/resolved_share" in gen:
             metrics["resolved_share"] = gen["ada/resolved_share"]
         return metrics

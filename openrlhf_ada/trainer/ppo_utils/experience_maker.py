@@ -11,8 +11,15 @@ Only `compute_advantages_and_returns` changes:
   by its group's weight, after baseline, normalisation and whitening, for every estimator (critic returns are not
   weighted). Weights and ADORA metrics go into `info`, so upstream's logging carries them to wandb/tensorboard.
 
+- `--ada.prompt_weight` (not none) with the pool baseline: each group's baseline-subtracted rewards are multiplied by
+  its weight from the pool's pass rate (`ada_pool_pass_rate`), before the KL term (estimate.prompt_weights);
+- `--ada.strategy est`: every sample of a prompt is trained, so groups have different sizes. They are found in rollout
+  order (a group starts at pool index 0, its size is its pool count), each group-baseline estimator's formula is
+  applied to them (estimate.ragged_baseline), then the prompt weight from the group's pass rate, then the same KL,
+  returns and whitening as the pool baseline.
+
 Groups are defined as upstream defines them: restore rollout order from `experience.index`, sample i belongs to
-prompt i // n.
+prompt i // n (Est: the groups found as above).
 """
 
 from __future__ import annotations
@@ -28,13 +35,14 @@ from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
 
 from openrlhf_ada.algorithms.adora import adora_metrics, group_stats, in_schedule, load_weight_func, sample_weights
 from openrlhf_ada.algorithms.baselines import GROUP_BASELINE_ESTIMATORS, pool_baseline
+from openrlhf_ada.algorithms.estimate import group_index, prompt_weights, ragged_baseline
 from openrlhf_ada.algorithms.returns import undiscounted_returns
 from openrlhf_ada.args import ada_config, adora_config
 
 POOL_KEYS = ("ada_pool_count", "ada_pool_mean", "ada_pool_std")
 #: Per-prompt values the samples generator puts in `info` for this class; removed once used: upstream logs every info
 #: key as a batch average, which for these means nothing.
-PER_PROMPT_KEYS = POOL_KEYS + ("ada_pool_index", "ada_samples")
+PER_PROMPT_KEYS = POOL_KEYS + ("ada_pool_index", "ada_samples", "ada_pool_pass_rate")
 
 
 class RolloutOrder:
@@ -45,11 +53,15 @@ class RolloutOrder:
         self.lengths = [len(e.index) for e in experiences]
         self.indices = torch.tensor(list(itertools.chain.from_iterable(e.index for e in experiences)))
 
-    def group(self, per_sample: List[torch.Tensor]) -> torch.Tensor:
+    def flat(self, per_sample: List[torch.Tensor]) -> torch.Tensor:
+        """One value per sample, in rollout order."""
         flat = torch.cat([t.reshape(-1) for t in per_sample])
         out = torch.empty_like(flat)
         out[self.indices] = flat
-        return out.reshape(-1, self.n)
+        return out
+
+    def group(self, per_sample: List[torch.Tensor]) -> torch.Tensor:
+        return self.flat(per_sample).reshape(-1, self.n)
 
     def split(self, grouped: torch.Tensor) -> List[torch.Tensor]:
         return list(grouped.reshape(-1)[self.indices].split(self.lengths))
@@ -62,6 +74,10 @@ class AdoraPoolExperienceMaker(RemoteExperienceMaker):
         self.ada = ada_config(self.args) if self.args.ada.enable else None
         self.weight_func: Callable = load_weight_func(self.adora.weight_func) if self.adora.weight_func else None
         self.global_step = 1  # the step being trained, as logged; the trainer sets it before each batch
+
+    @property
+    def est(self) -> bool:
+        return self.ada is not None and self.ada.strategy == "est"
 
     @property
     def uses_pool_baseline(self) -> bool:
@@ -84,6 +100,8 @@ class AdoraPoolExperienceMaker(RemoteExperienceMaker):
         return experiences
 
     def _advantages(self, experiences: List[Experience]) -> List[Experience]:
+        if self.est:
+            return self._advantages_est(experiences)
         if not self.uses_pool_baseline and not self.adora_active:
             return super().compute_advantages_and_returns(experiences)
         order = RolloutOrder(experiences, self.args.rollout.n_samples_per_prompt)
@@ -140,8 +158,56 @@ class AdoraPoolExperienceMaker(RemoteExperienceMaker):
         pool = {k: order.group([e.info[k].float() for e in experiences])[:, 0] for k in POOL_KEYS}
         shaped = pool_baseline(rewards, args.algo.advantage.estimator, pool_count=pool["ada_pool_count"],
                                pool_mean=pool["ada_pool_mean"], pool_std=pool["ada_pool_std"]).to(rewards.dtype)
+        if self.ada.weight_kind != "none":
+            pass_rate = order.group([e.info["ada_pool_pass_rate"].float() for e in experiences])[:, 0]
+            w = prompt_weights(pass_rate, self.ada.weight_kind, eps=self.ada.prompt_weight_eps,
+                               cap=self.ada.prompt_weight_cap)
+            shaped = (shaped.double() * w.unsqueeze(-1)).to(rewards.dtype)
+            for e, wi in zip(experiences, order.split(w.unsqueeze(-1).expand_as(rewards))):
+                e.info["ada_prompt_weight"] = wi.float()
+        self._finish_group_advantages(experiences, order.split(shaped))
+        return experiences
 
-        for e, r in zip(experiences, order.split(shaped)):
+    def _advantages_est(self, experiences) -> List[Experience]:
+        """--ada.strategy est: groups of varying size (module docstring)."""
+        args = self.args
+        keys = POOL_KEYS + ("ada_pool_index", "ada_pool_pass_rate")
+        missing = [k for k in keys if any(k not in e.info for e in experiences)]
+        if missing:
+            raise RuntimeError(f"--ada.strategy est needs {missing} in every sample's info (set by "
+                               "RoundsSamplesGenerator); these experiences were not produced by it")
+        for e in experiences:
+            e.rewards = e.rewards.to(torch.promote_types(e.rewards.dtype, torch.float32))
+        apply_length_penalties(experiences, args)
+        order = RolloutOrder(experiences, 1)
+        rewards = order.flat([e.rewards for e in experiences])
+        index = order.flat([e.info["ada_pool_index"].float() for e in experiences])
+        count = order.flat([e.info["ada_pool_count"].float() for e in experiences])
+        starts = (index == 0).nonzero().reshape(-1)
+        sizes = torch.diff(starts, append=torch.tensor([index.numel()]))
+        if starts.numel() == 0 or starts[0] != 0 or not torch.equal(sizes.double(), count[starts].double()):
+            raise RuntimeError("--ada.strategy est: the samples are not whole groups in rollout order (each group's "
+                               "pool indices 0..size-1, contiguous)")
+        shaped = ragged_baseline(rewards, sizes, args.algo.advantage.estimator)
+        pass_rate = order.flat([e.info["ada_pool_pass_rate"].float() for e in experiences])[starts]
+        w = prompt_weights(pass_rate, self.ada.weight_kind, eps=self.ada.prompt_weight_eps,
+                           cap=self.ada.prompt_weight_cap)[group_index(sizes)]
+        shaped = (shaped.double() * w).to(rewards.dtype)
+        g = group_index(sizes)
+        mean = torch.zeros(sizes.numel(), dtype=torch.float64).index_add_(0, g, rewards.double()) / sizes
+        var = torch.zeros(sizes.numel(), dtype=torch.float64).index_add_(0, g, (rewards.double() - mean[g]) ** 2)
+        std = (var / (sizes - 1).clamp(min=1)).sqrt()[g].float()
+        for e, s, wi in zip(experiences, order.split(std), order.split(w.float())):
+            e.info["group_reward_std"] = s
+            e.info["ada_prompt_weight"] = wi
+        self._finish_group_advantages(experiences, order.split(shaped))
+        return experiences
+
+    def _finish_group_advantages(self, experiences, shaped: List[torch.Tensor]) -> None:
+        """Baseline-subtracted rewards per experience -> KL reward, returns, advantages (and upstream's batch
+        whitening for reinforce_baseline)."""
+        args = self.args
+        for e, r in zip(experiences, shaped):
             token_reward = compute_reward(r, self.kl_ctl.value, e.kl, action_mask=e.action_mask,
                                           reward_clip_range=args.reward.clip_range)
             e.returns = undiscounted_returns(token_reward, e.action_mask)  # gamma is 1 for these estimators
@@ -150,7 +216,6 @@ class AdoraPoolExperienceMaker(RemoteExperienceMaker):
             e.kl = None
         if args.algo.advantage.estimator == "reinforce_baseline":  # upstream whitens this one over the batch
             whiten_advantages(experiences, use_std=not args.algo.advantage.no_std_norm)
-        return experiences
 
 
 def whiten_advantages(experiences: List[Experience], use_std: bool = True) -> None:

@@ -58,8 +58,9 @@ from openrlhf.trainer.ppo_utils.samples_generator import _collect_prompt_batch
 from openrlhf.utils.logging_utils import init_logger
 from tqdm import tqdm
 
+from openrlhf_ada.algorithms.estimate import allocate, allocation_metrics, pass_rate_estimate
 from openrlhf_ada.algorithms.history import prompt_key
-from openrlhf_ada.algorithms.reinforce_ada import PromptPool, make_rng, step_metrics
+from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool, make_rng, step_metrics
 from openrlhf_ada.trainer.ppo_utils.sample_failures import FailureLog, sample_score, scalar
 from openrlhf_ada.trainer.ppo_utils.stall_watch import StallWatch
 
@@ -73,6 +74,10 @@ FIXED_N_METRICS = {
     "ada/eta", "ada/reward_mean_generated", "ada/pass_rate_generated", "ada/dynamic_filtered",
     "ada/prompts_consumed", "ada/generation_seconds",
 }
+
+#: What an Est step (--ada.strategy est: one pass, allocated counts) logs besides the fixed-n metrics.
+EST_METRICS = FIXED_N_METRICS | {"ada/alloc_min", "ada/alloc_median", "ada/alloc_max", "ada/alloc_cov_n_r",
+                                 "ada/est_p_hat_mean", "ada/first_round_signal_share", "ada/epoch"}
 
 ENGINE_ERRORS = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError, ray.exceptions.RayTaskError)
 
@@ -93,6 +98,12 @@ class ActivePrompt:
     outstanding: set = field(default_factory=set)
     cancel_sent: bool = False
     streams: int = 0  # streams started for this prompt (group ids stay unique when a round is run again)
+
+
+def est_pool_config(config: AdaConfig, size: int) -> AdaConfig:
+    """Reinforce-Ada-Est's pool for a prompt allocated `size` samples: one round of that size, every sample kept."""
+    return AdaConfig(n=size, mode="pos", round_size=size, max_rounds=1, unresolved="keep", selection="first",
+                     baseline="group", seed=config.seed, positive_threshold=config.positive_threshold)
 
 
 def response_length(e: Experience) -> int:
@@ -158,6 +169,12 @@ class RoundStep:
         self.waiting_round: List[ActivePrompt] = []  # sync schedule: prompts whose next round waits for the barrier
         self.refill = 0  # replacement prompts to draw after this wait
         self.pbar = None
+        # --ada.strategy est: each prompt's count from its estimated pass rate; a replacement gets the count of the
+        # prompt it replaces, so the step's total stays the budget
+        self.est = self.config.strategy == "est"
+        self.est_sizes: List[int] = []  # counts of prompts lost this step, for their replacements
+        self.est_allocated = False
+        self.p_hat: dict = {}  # uid -> p_hat the prompt's count was allocated from
 
     # -- the step, top to bottom --------------------------------------------------------------------------------
     def run(self):
@@ -210,15 +227,36 @@ class RoundStep:
                 key = first = None
                 if self.history is not None:
                     key = prompt_key(p)
+                if cfg.history:
                     plan = self.history.plan(key, gen._epoch, n=cfg.n, cap=cfg.max_samples, seed=cfg.seed)
                     if plan.skip:
                         self.skipped += 1
                         continue
                     first = plan.first_round
-                pool = PromptPool(cfg, rng=make_rng(*self.step_seed, self.next_uid), first_round=first)
+                pool = None if self.est else PromptPool(cfg, rng=make_rng(*self.step_seed, self.next_uid),
+                                                        first_round=first)
                 out.append(ActivePrompt(self.next_uid, p, lab, img, pool, key))
                 self.next_uid += 1
+        if self.est:
+            self.allocate(out)
         return out
+
+    def allocate(self, items: List[ActivePrompt]) -> None:
+        """--ada.strategy est: each prompt's pool of one round, its size allocated from the prompt's estimated pass
+        rate (the step's first prompts: the whole budget; replacements: the counts of the prompts they replace)."""
+        if not items:
+            return
+        est = self.config.est_config
+        counts = [(self.history.ema_counts(it.key)) for it in items]
+        p_hat = pass_rate_estimate([c[0] for c in counts], [c[1] for c in counts], est.alpha, est.beta)
+        if not self.est_allocated:
+            sizes = allocate(p_hat, est.budget * len(items), est.n_min, est.n_max, est.eps).tolist()
+            self.est_allocated = True
+        else:
+            sizes = [self.est_sizes.pop(0) if self.est_sizes else est.budget for _ in items]
+        for it, size, p in zip(items, sizes, p_hat.tolist()):
+            it.pool = PromptPool(est_pool_config(self.config, int(size)), rng=make_rng(*self.step_seed, it.uid))
+            self.p_hat[it.uid] = p
 
     # -- dispatch -----------------------------------------------------------------------------------------------
     def dispatch(self, batch: List[ActivePrompt]) -> None:
@@ -341,6 +379,8 @@ class RoundStep:
         if self.history is not None:
             self.history.record(item.key, self.gen._epoch, item.pool.num_pos, item.pool.num_neg)
         kept = [item.pool.items[i] for i in item.pool.select()]
+        if not kept and self.est:
+            self.est_sizes.append(item.pool.config.n)
         if not kept:
             if item.pool.outcome == "failed":  # too few samples with a reward to form a group
                 self.lost_to_failures += 1
@@ -377,7 +417,13 @@ class RoundStep:
         stops the step here, whatever the number of samples."""
         gen = self.gen
         gen.last_pools = [item.pool for item in sorted(self.finished, key=lambda it: it.uid)]  # in the order drawn
-        metrics = step_metrics(gen.last_pools, self.config.max_rounds, skipped=self.skipped)
+        metrics = step_metrics(gen.last_pools, 1 if self.est else self.config.max_rounds, skipped=self.skipped)
+        if gen.ada is not None and gen.last_pools:
+            metrics.update(allocation_metrics([pool.samples for pool in gen.last_pools],
+                                              [pool.sum / pool.count if pool.count else 0.0
+                                               for pool in gen.last_pools]))
+        if self.est and self.p_hat:
+            metrics["ada/est_p_hat_mean"] = sum(self.p_hat.values()) / len(self.p_hat)
         self.failures.check(gen.fault.max_failed_share, gen.args.reward.remote_url, gen.tokenizer)
         metrics.update(self.failures.metrics())
         metrics["fault/engine_failures"] = float(self.engine_failures)
@@ -388,6 +434,8 @@ class RoundStep:
             metrics["ada/epoch"] = float(gen._epoch)
         if gen.ada is None:  # fixed n: round and resolution counts say nothing
             metrics = {k: v for k, v in metrics.items() if k in FIXED_N_METRICS or k.startswith("fault/")}
+        elif self.est:  # one pass: no rounds to count
+            metrics = {k: v for k, v in metrics.items() if k in EST_METRICS or k.startswith("fault/")}
         gen.last_metrics = metrics
         return metrics
 
@@ -395,6 +443,9 @@ class RoundStep:
         """The carried groups, then n samples per accepted prompt in the order drawn, each with its pool's statistics
         (for the pool baseline) and the step's metrics in `info`."""
         out: List[Experience] = list(self.carried)
+        weighted = self.gen.ada is not None and self.gen.ada.weight_kind != "none"
+        self.gen.last_group_sizes = [self.gen.args.rollout.n_samples_per_prompt] * (
+            len(self.carried) // self.gen.args.rollout.n_samples_per_prompt)
         for item in sorted(self.finished, key=lambda it: it.uid):
             kept = self.accepted.get(item.uid)
             if not kept:
@@ -406,9 +457,12 @@ class RoundStep:
                 e.info["ada_pool_mean"] = torch.tensor([pool.mean])
                 e.info["ada_pool_std"] = torch.tensor([pool.std])
                 e.info["ada_samples"] = torch.tensor([float(pool.samples)])
+                if weighted:  # the pass rate --ada.prompt_weight reads
+                    e.info["ada_pool_pass_rate"] = torch.tensor([pool.num_pos / pool.count])
                 for key, value in metrics.items():
                     e.info[key.replace("/", "_")] = torch.tensor([float(value)])
             out.extend(kept)
+            self.gen.last_group_sizes.append(len(kept))
         logger.info(
             f"{'Reinforce-Ada' if self.gen.ada else 'Fixed-n'} step {self.gen._step}: {len(self.accepted)} groups "
             f"from {self.prompts_consumed} prompts, {int(metrics.get('ada/samples_generated', 0))} samples, "

@@ -87,7 +87,11 @@ class RoundsSamplesGenerator(SamplesGenerator):
         self.stop_on_engine_loss = False
         # --ada.history: what each prompt showed in earlier epochs; the epoch is the pass over the data that the
         # prompts being drawn come from (counted from 0 when a fresh loader iterator yields its first prompt)
-        self.history = PromptHistory(self.ada.history_config) if self.ada is not None and self.ada.history else None
+        # --ada.strategy est keeps its estimator (Ada-EMA counts) in the same history
+        self.est = self.ada is not None and self.ada.strategy == "est"
+        self.history = (PromptHistory(self.ada.history_config)
+                        if self.ada is not None and (self.ada.history or self.est) else None)
+        self.last_group_sizes: List[int] = []  # sizes of the last training step's groups, in order (est: varying)
         self._epoch = -1
         self._epoch_pending = False  # a fresh iterator: its first prompt starts the next epoch
         self._resume_in_epoch = False  # after load_state_dict: the next iterator continues the saved epoch
@@ -151,7 +155,9 @@ class RoundsSamplesGenerator(SamplesGenerator):
             self._resume_in_epoch = False
         samples, pass_rate, consumed, exhausted = super().generate_samples(**generate_kwargs)
         full = self.args.rollout.batch_size * self.args.rollout.n_samples_per_prompt
-        if self.rounds is not None and samples and len(samples) < full:
+        if self.est and samples and len(samples) < full:
+            samples = self._cut_est_short_step(samples)
+        elif self.rounds is not None and samples and len(samples) < full:
             usable = len(samples) // self.batch_unit * self.batch_unit
             if usable < len(samples):
                 n = self.args.rollout.n_samples_per_prompt
@@ -170,6 +176,23 @@ class RoundsSamplesGenerator(SamplesGenerator):
         if pass_rate is not None:  # upstream divides samples by prompts: n times too large
             pass_rate = pass_rate / self.args.rollout.n_samples_per_prompt
         return samples, pass_rate, consumed, exhausted
+
+    def _cut_est_short_step(self, samples: List[Experience]) -> List[Experience]:
+        """--ada.strategy est at the end of the data: the longest run of whole groups (of varying size) holding a
+        multiple of `batch_unit` samples is trained; the groups after it are dropped (logged). Nothing is carried:
+        a carried group of its own size would change the next step's total."""
+        ends, total = [], 0
+        for size in self.last_group_sizes:
+            total += size
+            ends.append(total)
+        usable = max([0] + [end for end in ends if end % self.batch_unit == 0])
+        if usable < len(samples):
+            logger.warning(f"short step at the end of the data (--ada.strategy est): {usable} of {len(samples)} "
+                           f"samples trained (whole groups, a multiple of {self.batch_unit} samples for the "
+                           "data-parallel split); the groups after them are dropped")
+            kept = sum(1 for end in ends if end <= usable)
+            self.last_group_sizes = self.last_group_sizes[:kept]
+        return samples[:usable]
 
     @torch.no_grad()
     def generate_eval_samples(self, **generate_kwargs) -> List[Experience]:

@@ -1,0 +1,89 @@
+"""Reinforce-Ada-Est end to end in train_local (the hf engine): the allocation from the estimator, the groups of
+varying size trained, and a resume that carries the estimator's state."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from hashlib import sha256
+
+import pytest
+
+from openrlhf_ada.utils.metrics_log import read_metrics
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+REWARD = textwrap.dedent('''
+    import threading
+    import torch
+
+    _lock, _seen = threading.Lock(), {}
+
+    def reward_func(queries, prompts, labels):
+        label = labels[0]
+        if label == "mix":  # alternate per prompt: 0, 1, 0, 1, ... over all its samples so far
+            with _lock:
+                k = _seen.get(prompts[0], 0)
+                _seen[prompts[0]] = k + 1
+            value = float(k % 2)
+        else:
+            value = float(label)
+        t = torch.tensor([value])
+        return {"rewards": t, "scores": t, "extra_logs": {}}
+''')
+LABELS = ["1", "0", "mix", "mix", "mix", "mix"]
+
+
+def argv(tmp_path, model, out, steps):
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"input": f"Count to {i}:", "label": lab}) + "\n"
+                            for i, lab in enumerate(LABELS)))
+    (tmp_path / "reward.py").write_text(REWARD)
+    return [sys.executable, "-m", "openrlhf_ada.cli.train_local", "--actor.model_name_or_path", model,
+            "--data.prompt_dataset", str(data), "--data.label_key", "label", "--reward.remote_url",
+            str(tmp_path / "reward.py"), "--algo.advantage.estimator", "dr_grpo", "--rollout.n_samples_per_prompt",
+            "4", "--rollout.batch_size", "6", "--rollout.max_new_tokens", "2", "--data.max_len", "32",
+            "--local.engine", "hf", "--local.max_steps", str(steps), "--local.output_dir", str(out),
+            "--ckpt.save_steps", "-1", "--ada.enable", "--ada.strategy", "est"]
+
+
+def test_train_local_runs_est_and_resumes_its_estimator(tmp_path, tiny_llama_path):
+    """One step is one epoch (6 prompts, batch 6). Step 1: every prompt unseen, p_hat 1/2 for all -> 4 each (24).
+    Recorded: '1' (4 of 4 correct), '0' (0 of 4), each 'mix' (2 of 4). Step 2: p_hat = 5/6, 1/6 and 1/2; weights
+    1/sqrt(p) + 0.01 = 1.1054, 2.4595, 1.4242 (x4), sum 9.2617; shares of 24: 2.864, 6.373, 3.691 (x4); floors 2, 6,
+    3 (x4) = 20; the 4 missing go to the largest fractions (.864, then three of the .691) -> sizes 3, 6, 4, 4, 4, 3.
+    Rewards: '1' 1.0, '0' 0.0, the mix prompts with 4 samples 0.5, the one with 3 (its 5th-7th: 0, 1, 0) 1/3.
+    Cov(N, r) = mean((N - 4)(r - 17/36)) = (-(1 - 17/36) - 2 (17/36) + (-1)(1/3 - 17/36)) / 6 = -2/9."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+    def run(out, steps, *extra):
+        proc = subprocess.run(argv(tmp_path, tiny_llama_path, out, steps) + list(extra), env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return read_metrics(str(out))
+
+    straight = run(tmp_path / "straight", 2)
+    first, second = straight
+    assert (first["ada/alloc_min"], first["ada/alloc_max"], first["ada/samples_generated"]) == (4, 4, 24)
+    assert first["ada/alloc_cov_n_r"] == pytest.approx(0.0)
+    assert first["ada/est_p_hat_mean"] == pytest.approx(0.5)
+    assert (second["ada/alloc_min"], second["ada/alloc_median"], second["ada/alloc_max"]) == (3, 4, 6)
+    assert second["ada/samples_generated"] == 24 and second["prompts"] == 6
+    assert second["ada/alloc_cov_n_r"] == pytest.approx(-2 / 9, abs=1e-6)
+    assert second["ada/est_p_hat_mean"] == pytest.approx((5 / 6 + 1 / 6 + 4 * 0.5) / 6)
+    # 4 of 6 groups have signal: the mix ones
+    assert second["zero_adv_group_share"] == pytest.approx(2 / 6)
+
+    out = tmp_path / "resumed"
+    run(out, 1)
+    state = json.loads((out / "ckpt" / "latest" / "trainer_state.json").read_text())
+    ema = state["generator"]["history"]["ema"]
+    key = {i: sha256(f"Count to {i}:".encode()).hexdigest() for i in range(6)}
+    assert ema[key[0]] == [4.0, 4.0] and ema[key[1]] == [4.0, 0.0]
+    assert all(ema[key[i]] == [4.0, 2.0] for i in range(2, 6))
+    resumed = run(out, 2, "--ckpt.load_enable")
+    keys = ["step", "ada/alloc_min", "ada/alloc_median", "ada/alloc_max", "ada/alloc_cov_n_r", "ada/samples_generated"]
+    assert [{k: r[k] for k in keys} for r in resumed] == [{k: r[k] for k in keys} for r in straight]
