@@ -52,7 +52,7 @@ AUTHORS_REINFORCE_ADA = {
     "ada.baseline": "pool",
     "ada.round_size": 8,
     "ada.max_rounds": 4,
-    "ada.positive_threshold": 0.5,
+    "ada.positive_threshold": 0.7,
     "rollout.n_samples_per_prompt": 4,
     "algo.kl.init_coef": 0.0,
     "algo.kl.use_loss": False,

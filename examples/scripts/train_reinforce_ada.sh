@@ -103,7 +103,7 @@ ADA_ARGS=(
   --ada.baseline pool
   --ada.round_size 8
   --ada.max_rounds 4
-  --ada.positive_threshold 0.5
+  --ada.positive_threshold 0.7
   --ada.unresolved keep
   --ada.selection first
 )
