@@ -114,7 +114,7 @@ def add_project_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                         "--rollout.max_new_tokens (--data.max_len when unset): one whole request at "
                         f"{SLOW_DECODE_TOKENS_PER_S:.0f} tokens/s")
 
-    g = parser.add_argument_group("Held-out evaluation (openrlhf-ada): avg@k next to upstream's --eval.*")
+    g = parser.add_argument_group("Held-out evaluation (openrlhf-ada): avg@k, next to upstream's eval flags")
     g.add_argument("--eval.avg_k", type=int, default=ev.avg_k,
                    help="Also draw this many samples per held-out problem at every evaluation and log avg@k (the "
                         "mean over problems of each problem's share of correct samples) with its standard error "
