@@ -446,3 +446,78 @@ def test_cluster_evaluation_adds_accuracy_se_and_avg_at_k(tmp_path):
     (row,) = read_metrics(str(path))
     assert row["step"] == 4 and row["reward_mean"] == 0.25 and row["eval/avg_at_k"] == pytest.approx(2 / 3)
     assert row["eval/accuracy_se"] == pytest.approx(0.5) and row["timing/eval"] >= 0
+
+
+LOGGING_REWARD = textwrap.dedent('''
+    import json
+
+    import torch
+
+    def reward_func(queries, prompts, labels):
+        out = []
+        with open(LOG, "a") as f:
+            for q, p, label in zip(queries, prompts, labels):
+                response = q[len(p):]
+                out.append(1.0 if response[:1] and ord(response[0]) % 2 == 0 else 0.0)
+                f.write(json.dumps({"prompt": p, "response": response, "label": label, "reward": out[-1]}) + "\\n")
+        t = torch.tensor(out)
+        return {"rewards": t, "scores": t, "extra_logs": {}}
+''')
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_avg_at_k_run_is_seeded_apart_from_the_training_seed(tmp_path, tiny_llama_path, ray_local):
+    """Real runs (local Ray, the transformers engine, a tiny llama), one training step each, evaluated before it
+    and after it: greedy and avg@4 at temperature 1. The reward file logs every sample it scores; avg@4 and its SE
+    are recomputed here from the logged avg@4 pass (mean over problems of the share of rewarded samples; sample sd
+    over sqrt(problems)). Before training the weights are the same, so runs with training seeds 1 and 2 draw the very
+    same avg@4 samples (--eval.avg_seed), and another --eval.avg_seed draws others."""
+    import statistics
+
+    prompts = [f"Give a number {i}:" for i in range(10)]
+    train = _data(tmp_path / "train.jsonl", [{"input": f"Say a number {i}:", "label": "train"} for i in range(16)])
+    evaluation = _data(tmp_path / "eval.jsonl", [{"input": p, "label": "eval"} for p in prompts])
+    k = 4
+
+    def one_run(name, seed, avg_seed):
+        log = tmp_path / f"{name}.rewards.jsonl"
+        (tmp_path / f"{name}_reward.py").write_text(f"LOG = {str(log)!r}\n" + LOGGING_REWARD)
+        out = tmp_path / name
+        run(parse_local_args([
+            "--actor.model_name_or_path", tiny_llama_path, "--data.prompt_dataset", train, "--data.label_key",
+            "label", "--reward.remote_url", str(tmp_path / f"{name}_reward.py"), "--algo.advantage.estimator",
+            "group_norm", "--rollout.n_samples_per_prompt", "2", "--rollout.batch_size", "4",
+            "--rollout.max_new_tokens", "3", "--data.max_len", "64", "--actor.adam.lr", "1e-2", "--local.engine", "hf",
+            "--local.max_steps", "1", "--local.output_dir", str(out), "--ckpt.save_steps", "-1",
+            "--train.seed", str(seed), "--eval.dataset", evaluation, "--eval.temperature", "0",
+            "--eval.n_samples_per_prompt", "1", "--eval.avg_k", str(k), "--eval.avg_temperature", "1.0",
+            "--eval.avg_seed", str(avg_seed)]))
+        scored = [json.loads(line) for line in log.read_text().splitlines()]
+        evals = [r for r in scored if r["label"] == "eval"]
+        per_eval = len(prompts) * (1 + k)  # each evaluation: the greedy pass, then the avg@k pass
+        assert len(evals) == 2 * per_eval and sum(r["label"] == "train" for r in scored) == 4 * 2
+        passes = [evals[i * per_eval + len(prompts) : (i + 1) * per_eval] for i in range(2)]
+        return {r["step"]: r for r in read_metrics(str(out))}, passes, json.loads((out / "config.json").read_text())
+
+    rows1, passes1, config1 = one_run("seed1", 1, 0)
+    for step, samples in zip((0, 1), passes1):
+        assert sorted(r["prompt"] for r in samples) == sorted(p for p in prompts for _ in range(k))
+        shares = [sum(r["reward"] for r in samples if r["prompt"] == p) / k for p in prompts]
+        assert rows1[step]["eval/avg_at_k"] == pytest.approx(sum(shares) / len(shares))
+        assert rows1[step]["eval/avg_at_k_se"] == pytest.approx(statistics.stdev(shares) / math.sqrt(len(prompts)))
+        assert rows1[step]["eval/avg_k"] == k and rows1[step]["eval/avg_problems"] == len(prompts)
+        assert rows1[step]["eval/samples_per_problem"] == 1 and rows1[step]["eval/temperature"] == 0
+        p = rows1[step]["eval/accuracy"]
+        assert rows1[step]["eval/accuracy_se"] == pytest.approx(math.sqrt(p * (1 - p) / (len(prompts) - 1)))
+    assert 0 < rows1[0]["eval/avg_at_k"] < 1  # the check above had both outcomes to count
+
+    rows2, passes2, config2 = one_run("seed2", 2, 0)
+    key = lambda r: (r["prompt"], r["response"])  # noqa: E731
+    assert sorted(map(key, passes2[0])) == sorted(map(key, passes1[0]))  # same weights, same avg@k samples
+    assert rows2[0]["eval/avg_at_k"] == rows1[0]["eval/avg_at_k"]
+    assert config1["eval.problems_sha256"] == config2["eval.problems_sha256"]
+    assert (config1["train.seed"], config2["train.seed"], config1["eval.avg_k"]) == (1, 2, k)
+
+    _, passes3, _ = one_run("avgseed1", 1, 1)
+    assert sorted(map(key, passes3[0])) != sorted(map(key, passes1[0]))
