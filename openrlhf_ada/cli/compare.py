@@ -689,7 +689,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="points of the common token grid the curves are interpolated onto (default 50)")
     g.add_argument("--metrics", metavar="KEY[,KEY...]",
                    help="the metrics to report per setting (default: eval/accuracy and every standard metric with "
-                        "a better direction, those that the runs log)")
+                        "a better direction, those that the runs log; held-out keys too, e.g. eval/avg_at_k for "
+                        "runs with --eval.avg_k)")
     return parser
 
 

@@ -47,7 +47,7 @@ from openrlhf_ada.cli.compare import (
     Run,
     saved_config,
 )
-from openrlhf_ada.utils.heldout import ACCURACY
+from openrlhf_ada.utils.heldout import ACCURACY, AVG_AT_K
 from openrlhf_ada.utils.seed_stats import (
     Interval,
     IntervalMethod,
@@ -64,7 +64,7 @@ SEED_KEYS = ("train.seed", "seed")
 PROBLEMS_DIGEST = "eval.problems_sha256"  # train_local's config.json: the held-out problems a run was evaluated on
 TOKENS = "generated_tokens_total"
 POINTS = ("end", "tokens", "curve")
-AXIS_LABELS = {**LABELS, ACCURACY: "held-out accuracy"}
+AXIS_LABELS = {**LABELS, ACCURACY: "held-out accuracy", AVG_AT_K: "held-out avg@k"}
 
 
 @dataclass(frozen=True)
