@@ -12,11 +12,11 @@ One step, read top to bottom in `LocalTrainer.step`:
    and sampler state, so the same seed gives the same samples.
 
 Held-out evaluation (`--eval.dataset`, see openrlhf_ada.utils.heldout): upstream's evaluation generation and metrics
-on the eval prompts (and with `--eval.avg_k` a second, seeded pass of k samples per problem for avg@k), before training (a row of its own, step 0, when the run starts fresh), after every
-`--eval.steps`-th step, after each step whose running token total crosses a multiple of `--local.eval_tokens`, and
-after the last step (`--local.max_steps`, or the step that reached `--local.max_generated_tokens`); an evaluation's
-metrics (`eval/*`, `timing/eval`) join the row of the step it
-follows. A run stopped by a signal is not evaluated at its end. Evaluation time is not part of any step's timing.
+on the eval prompts (and with `--eval.avg_k` a second, seeded pass of k samples per problem for avg@k), before
+training (a row of its own, step 0, when the run starts fresh), after every `--eval.steps`-th step, after each step
+whose running token total crosses a multiple of `--local.eval_tokens`, and after the last step (`--local.max_steps`,
+or the step that reached `--local.max_generated_tokens`); an evaluation's metrics (`eval/*`, `timing/eval`) join the
+row of the step it follows. A run stopped by a signal is not evaluated at its end. Evaluation time is not part of any step's timing.
 
 A checkpoint only ever describes a completed step: the trainer keeps the small per-step state (`StepState`: step,
 data position, sampler step, RNG, signal checks) as it was when the last step completed, and knows whether the
