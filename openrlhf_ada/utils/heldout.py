@@ -220,11 +220,11 @@ def plot_heldout(ax, rows: Sequence[dict], label: Optional[str] = None) -> bool:
         err = [r.get(AVG_AT_K + "_se") for r in sampled]
         ax.errorbar([r["step"] for r in sampled], [r[AVG_AT_K] for r in sampled], capsize=3, marker="s",
                     yerr=err if all(e is not None and e == e for e in err) else None,
-                    label=f"avg@{int(sampled[-1]['eval/avg_k'])}, T={sampled[-1]['eval/avg_temperature']:g}")
+                    label=f"avg@{int(sampled[-1]['eval/avg_k'])} (+- 1 SE), T={sampled[-1]['eval/avg_temperature']:g}")
         ax.legend(fontsize=7)
     for s, r in zip(steps, points):
-        ax.annotate(f"{r[ACCURACY]:.2f}", (s, r[ACCURACY]), textcoords="offset points", xytext=(0, 6),
-                    ha="center", fontsize=7)
+        ax.annotate(f"{r[ACCURACY]:.2f}", (s, r[ACCURACY]), textcoords="offset points", xytext=(5, 5),
+                    ha="left", fontsize=7)
     n = int(points[-1].get("eval/samples_per_problem", 1))
     temperature = points[-1].get("eval/temperature", math.nan)
     how = "greedy" if temperature == 0 else f"T={temperature:g}, {n}/problem"
