@@ -27,6 +27,7 @@ from openrlhf_ada.algorithms.reinforce_ada import (
     AdaConfig,
 )
 from openrlhf_ada.reward_checks import check_reward_url
+from openrlhf_ada.utils.heldout import EvalConfig, eval_config
 
 
 def _bool_flag(group, name, help):
@@ -36,7 +37,7 @@ def _bool_flag(group, name, help):
 def add_project_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Every default comes from the frozen config the flags build (AdoraConfig, AdaConfig, FaultConfig), and the
     choices and help of --adora.variant / --ada.mode from their rule registries."""
-    adora, ada, fault = AdoraConfig, AdaConfig, FaultConfig  # class attributes: the dataclass defaults
+    adora, ada, fault, ev = AdoraConfig, AdaConfig, FaultConfig, EvalConfig  # class attributes: the defaults
     g = parser.add_argument_group("ADORA (openrlhf-ada): per-prompt advantage weights")
     _bool_flag(g, "--adora.enable", "Multiply each prompt group's final advantages by its ADORA weight")
     g.add_argument("--adora.variant", type=str, default=adora.variant, choices=ADORA_RULES.names(),
@@ -155,6 +156,18 @@ def add_project_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                         f"{ENGINE_TIMEOUT_FLOOR:.0f}, L / {SLOW_DECODE_TOKENS_PER_S:.0f}) s for L = "
                         "--rollout.max_new_tokens (--data.max_len when unset): one whole request at "
                         f"{SLOW_DECODE_TOKENS_PER_S:.0f} tokens/s")
+
+    g = parser.add_argument_group("Held-out evaluation (openrlhf-ada): avg@k, next to upstream's eval flags")
+    g.add_argument("--eval.avg_k", type=int, default=ev.avg_k,
+                   help="Also draw this many samples per held-out problem at every evaluation and log avg@k (the "
+                        "mean over problems of each problem's share of correct samples) with its standard error "
+                        "over problems, next to the --eval.temperature evaluation (greedy with 0); 0: off")
+    g.add_argument("--eval.avg_temperature", type=float, default=ev.avg_temperature,
+                   help="Sampling temperature of the --eval.avg_k samples (> 0)")
+    g.add_argument("--eval.avg_seed", type=int, default=ev.avg_seed,
+                   help="Seed of the --eval.avg_k samples, apart from --train.seed so that every run draws the same "
+                        "ones for the same weights (transformers engine: per sample; vLLM keeps the seed its "
+                        "engines started with, --train.seed)")
 
     g = parser.add_argument_group("CPU mode (openrlhf-ada, OPENRLHF_ADA_CPU=1 on a machine without CUDA)")
     g.add_argument("--cpu.kv_cache_gb", type=float, default=0.0,
@@ -332,8 +345,12 @@ def validate(args) -> None:
         raise ValueError(f"--{e}") from None
     try:
         adora = adora_config(args)
+        evaluation = eval_config(args)
     except ValueError as e:
         raise ValueError(f"--{e}") from None
+    if evaluation.avg_k and not _get(args, "eval.dataset"):
+        raise ValueError(f"--eval.avg_k {evaluation.avg_k} without --eval.dataset: name the held-out prompts to "
+                         "evaluate")
     n = args.rollout.n_samples_per_prompt
     estimator = _get(args, "algo.advantage.estimator")
     has_reward_fn = bool(_get(args, "reward.remote_url") or _get(args, "train.agent_func_path"))

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from openrlhf_ada.cli.train_local import parse_local_args, run
-from openrlhf_ada.utils.heldout import EvalLoader, describe, heldout_metrics
+from openrlhf_ada.utils.heldout import EvalConfig, EvalLoader, avg_at_k_metrics, describe, eval_config, heldout_metrics
 from openrlhf_ada.utils.metrics_log import read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -62,6 +62,52 @@ def test_metrics_by_hand():
     assert m["eval/a_truncated_rate"] == pytest.approx(0.25)
     assert m["eval/num_samples"] == 6 and m["eval/failed_samples"] == 1.0
     assert "pass@2 0.667" in describe(m) and "temperature 0.7" in describe(m)
+
+
+def test_standard_errors_by_hand():
+    """The by-hand example above: per-problem shares 0.5, 0, 1 (mean 0.5, sample sd 0.5): SE 0.5 / sqrt(3). Greedy, 4
+    problems, 3 right: the binomial SE with the n - 1 correction, sqrt(0.75 x 0.25 / 3) = 0.25."""
+    loader = EvalLoader(_Dataset([("a", f"p{i}", "", None) for i in range(4)]))
+    samples = [_sample("p1", 1, 1), _sample("p1", 0, 0), _sample("p2", 0, 0), _sample("p2", 0, 0),
+               _sample("p3", 1, 1), _sample("p3", 1, 1)]
+    m = heldout_metrics(samples, 2, 0.5, loader, temperature=0.7)
+    assert m["eval/accuracy_se"] == pytest.approx(0.5 / math.sqrt(3))
+    greedy = heldout_metrics([_sample(f"p{i}", r, r) for i, r in enumerate((1, 1, 0, 1))], 1, 0.5, loader,
+                             temperature=0.0)
+    assert greedy["eval/accuracy"] == pytest.approx(0.75)
+    assert greedy["eval/accuracy_se"] == pytest.approx(math.sqrt(0.75 * 0.25 / 3)) == pytest.approx(0.25)
+    assert "(SE 0.250)" in describe(greedy)
+    one = heldout_metrics([_sample("p0", 1, 1)], 1, 0.5, loader, temperature=0.0)
+    assert math.isnan(one["eval/accuracy_se"])  # one problem: no spread to estimate
+
+
+def test_avg_at_k_by_hand():
+    """3 problems x 4 samples with 4, 2 and 0 correct (a score equal to the threshold is wrong; no score: the
+    reward): shares 1, 0.5, 0; avg@4 = 0.5; sample sd 0.5, SE 0.5 / sqrt(3); one failed prompt counted."""
+    samples = ([_sample("p0", 1, 1)] * 4 + [_sample("p1", 1, 1), _sample("p1", 0, 0.5), _sample("p1", 1.0),
+                                             _sample("p1", 0.0)] + [_sample("p2", 0, 0)] * 4)
+    m = avg_at_k_metrics(samples, 4, 0.5, temperature=0.8, failures={"eval_failed_prompts": 1.0})
+    assert m["eval/avg_at_k"] == pytest.approx(0.5)
+    assert m["eval/avg_at_k_se"] == pytest.approx(0.5 / math.sqrt(3))
+    assert m["eval/avg_k"] == 4 and m["eval/avg_temperature"] == 0.8 and m["eval/avg_problems"] == 3
+    assert m["eval/avg_failed_prompts"] == 1.0
+    loader = EvalLoader(_Dataset([("a", "p0", "", None)]))
+    both = {**heldout_metrics([_sample("p0", 1, 1)], 1, 0.5, loader, temperature=0.0), **m}
+    assert "avg@4 0.500 (SE 0.289) at temperature 0.8" in describe(both)
+    with pytest.raises(ValueError, match="whole groups of 4"):
+        avg_at_k_metrics(samples[:5], 4, 0.5, temperature=1.0)
+
+
+def test_eval_config_defaults_off_and_checks():
+    """avg@k is off unless asked for; k < 0 and a temperature <= 0 are refused (greedy is --eval.temperature)."""
+    assert EvalConfig().avg_k == 0 and eval_config(SimpleNamespace()) == EvalConfig()
+    assert eval_config(SimpleNamespace(eval=SimpleNamespace(avg_k=8, avg_temperature=0.6, avg_seed=3))) == \
+        EvalConfig(avg_k=8, avg_temperature=0.6, avg_seed=3)
+    with pytest.raises(ValueError, match="eval.avg_k=-1"):
+        EvalConfig(avg_k=-1)
+    for t in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="eval.avg_temperature"):
+            EvalConfig(avg_k=4, avg_temperature=t)
 
 
 def test_accuracy_uses_the_score_and_a_strict_threshold():
@@ -124,6 +170,9 @@ def base(tmp_path):
     (["--eval.dataset", "BAD"], "--eval.dataset: "),
     (["--local.max_steps", "0"], "0 only with --eval.dataset"),
     (["--local.max_generated_tokens", "-5"], "--local.max_generated_tokens=-5.0"),
+    (["--eval.avg_k", "4"], "--eval.avg_k 4 without --eval.dataset"),
+    (["--eval.dataset", "EVAL", "--eval.avg_k", "-2"], "--eval.avg_k=-2"),
+    (["--eval.dataset", "EVAL", "--eval.avg_k", "4", "--eval.avg_temperature", "0"], "--eval.avg_temperature=0.0"),
 ])
 def test_eval_flags_refused_before_start(tmp_path, base, capsys, flags, message):
     good = _data(tmp_path / "eval.jsonl", [{"input": "What is 2 + 2?", "label": "y"}])
@@ -249,3 +298,226 @@ def test_token_budget_stops_the_run_and_evaluates_its_last_step(tmp_path, tiny_l
     assert [r["step"] for r in rows if "eval/accuracy" in r] == sorted({0, *crossing, rows[-1]["step"]})
     assert rows[-1]["eval/samples_per_problem"] == 2 and "eval/pass_at_2" in rows[-1]
     assert json.loads((out / "ckpt" / "latest" / "trainer_state.json").read_text())["global_step"] == rows[-1]["step"]
+
+
+# -- the avg@k samples' seed, the held-out problems, the run's config ---------------------------------------------
+def test_hf_engine_avg_seed_replaces_the_training_seed(tiny_llama_path):
+    """The transformers engine draws the avg@k samples from --eval.avg_seed: engines started with different
+    training seeds draw the same tokens after reseed(-1, avg_seed), different ones with their own seeds, and the
+    next training step (reseed without a seed) is back on the engine's own seed."""
+    import asyncio
+
+    from openrlhf_ada.trainer.ray.hf_engine import HFRolloutActor
+
+    gym = os.path.join(REPO, "openrlhf_ada", "rewards", "toy.py")
+    engines = [HFRolloutActor.__ray_actor_class__(tiny_llama_path, remote_rm_url=gym, seed=seed) for seed in (1, 2)]
+    params = SimpleNamespace(temperature=1.0, top_p=1.0, top_k=-1, max_tokens=8, min_tokens=0)
+
+    def draw(engine, *reseed):
+        async def go():
+            await engine.reseed(*reseed)
+            return [(await engine.generate([5, 6, 7], params)).outputs[0].token_ids for _ in range(3)]
+        return asyncio.run(go())
+
+    shared = [draw(e, -1, 7) for e in engines]
+    assert shared[0] == shared[1]
+    assert len({tuple(t) for t in shared[0]}) > 1  # the k-th sample of a prompt has a seed of its own
+    assert draw(engines[0], -1, 8) != shared[0]
+    own = [draw(e, -1) for e in engines]
+    assert own[0] != own[1]
+    assert draw(engines[0], 3) == draw(engines[0], 3) != draw(engines[1], 3)  # training steps: the engine's seed
+
+
+def test_heldout_problems_do_not_depend_on_the_run(tmp_path, tiny_llama_path):
+    """The held-out problems are the eval file's rows in order, whatever the training seed, the algorithm or the
+    training data: runs of every setting and seed are evaluated on the same problems (same digest in config.json),
+    and compare refuses runs evaluated on different ones."""
+    from transformers import AutoTokenizer
+
+    from openrlhf_ada.cli.train_local import load_prompts, problems_digest, write_run_config
+    from openrlhf_ada.trainer.local_trainer import LocalStrategy
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama_path)
+    rows = [{"input": f"Give a number {i}:", "label": str(i)} for i in range(9)]
+    evaluation = _data(tmp_path / "eval.jsonl", rows)
+    other = _data(tmp_path / "other.jsonl", rows[::-1])
+    loaded = {}
+    for name, extra in (("grpo1", ["--train.seed", "1"]), ("grpo2", ["--train.seed", "2"]),
+                        ("ada3", ["--train.seed", "3", "--ada.enable", "--rollout.n_samples_per_prompt", "4"])):
+        train = _data(tmp_path / f"train_{name}.jsonl", [{"input": f"Say {name} {i}:", "label": "x"} for i in range(5)])
+        args = parse_local_args(["--actor.model_name_or_path", tiny_llama_path, "--data.prompt_dataset", train,
+                                 "--data.label_key", "label", "--reward.remote_url", GYM,
+                                 "--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt", "2",
+                                 "--local.output_dir", str(tmp_path / name), "--eval.dataset", evaluation,
+                                 "--eval.avg_k", "4", *extra])
+        dataset = load_prompts(args, LocalStrategy(args), tokenizer, evaluation=True)
+        loaded[name] = (dataset.prompts, dataset.labels)
+        write_run_config(args, str(tmp_path / name), dataset)
+        (tmp_path / name / "metrics.jsonl").write_text(json.dumps({"step": 1, "eval/accuracy": 0.5}) + "\n")
+    assert loaded["grpo1"] == loaded["grpo2"] == loaded["ada3"]
+    assert loaded["grpo1"] == ([r["input"] for r in rows], [r["label"] for r in rows])  # file order
+    configs = {name: json.loads((tmp_path / name / "config.json").read_text()) for name in loaded}
+    assert {c["eval.problems_sha256"] for c in configs.values()} == {configs["grpo1"]["eval.problems_sha256"]}
+    assert configs["grpo2"]["train.seed"] == 2 and configs["ada3"]["ada.enable"] is True
+    assert configs["ada3"]["eval.avg_k"] == 4 and configs["grpo1"]["eval.problems"] == 9
+
+    # compare reads the config.json of a metrics.jsonl run: grouped by a flag, paired by its train.seed
+    from openrlhf_ada.cli import compare, compare_settings
+
+    runs = compare.load_runs([str(tmp_path / n) for n in loaded])
+    assert compare.saved_config(runs[2])[0]["ada.enable"] is True
+    options = compare_settings.make_options(group_by="ada.enable", name_pattern=None, setting=(),
+                                            seed_pattern=compare.DEFAULT_SEED_PATTERN, reference=None, interval="t",
+                                            resamples=10, bootstrap_seed=0, grid_points=5, metrics=None)
+    settings = compare_settings.build_settings(runs, options)
+    assert [(s.name, s.seeds) for s in settings] == [("ada.enable=false", (1, 2)), ("ada.enable=true", (3,))]
+
+    # another order of the same rows: other problems for the paired comparison, refused
+    args = parse_local_args(["--actor.model_name_or_path", tiny_llama_path, "--data.prompt_dataset", evaluation,
+                             "--data.label_key", "label", "--reward.remote_url", GYM, "--algo.advantage.estimator",
+                             "group_norm", "--rollout.n_samples_per_prompt", "2", "--local.output_dir",
+                             str(tmp_path / "grpo4"), "--eval.dataset", other, "--train.seed", "4"])
+    reordered = load_prompts(args, LocalStrategy(args), tokenizer, evaluation=True)
+    assert problems_digest(reordered) != configs["grpo1"]["eval.problems_sha256"]
+    write_run_config(args, str(tmp_path / "grpo4"), reordered)
+    (tmp_path / "grpo4" / "metrics.jsonl").write_text(json.dumps({"step": 1, "eval/accuracy": 0.5}) + "\n")
+    runs = compare.load_runs([str(tmp_path / n) for n in ("grpo1", "grpo4")])
+    with pytest.raises(compare.CompareError, match="different held-out problems"):
+        compare_settings.build_settings(runs, options)
+
+
+# -- the cluster trainer's evaluation ----------------------------------------------------------------------------------
+class _ScriptedGenerator:
+    """generate_eval_samples answering from a script keyed by (temperature, n): fixed samples per pass."""
+
+    def __init__(self, script):
+        self.script, self.calls = script, []
+
+    def generate_eval_samples(self, **kwargs):
+        self.calls.append((kwargs["temperature"], kwargs["n_samples_per_prompt"]))
+        self.last_eval_failures = {"eval_failed_samples": 0.0, "eval_failed_prompts": 0.0}
+        return self.script[(kwargs["temperature"], kwargs["n_samples_per_prompt"])]
+
+
+def _cluster_args(avg_k):
+    return SimpleNamespace(ada=SimpleNamespace(positive_threshold=0.5),
+                           eval=SimpleNamespace(avg_k=avg_k, avg_temperature=0.9, avg_seed=0))
+
+
+def test_cluster_evaluation_adds_accuracy_se_and_avg_at_k(tmp_path):
+    """The cluster trainer's evaluation: upstream's keys as upstream names them (its best-checkpoint metric still
+    picks upstream's pass1), plus accuracy, its SE and avg@k; the step's metrics.jsonl row gets them under
+    train_local's names; wandb gets them through upstream's log_eval. Greedy: 2 problems, 1 right (accuracy 0.5,
+    SE sqrt(0.25 / 1) = 0.5); avg@3 at T 0.9: 3 and 1 of 3 right (shares 1, 1/3: mean 2/3, sd sqrt(2/9), SE 1/3)."""
+    from openrlhf.trainer.ppo_trainer import BasePPOTrainer
+
+    from openrlhf_ada.trainer.ppo_trainer import AdoraPoolTrainerMixin, cluster_evaluation
+    from openrlhf_ada.utils.metrics_log import MetricsWriter
+
+    loader = [(["a"], ["p0"], [""], [None]), (["a"], ["p1"], [""], [None])]
+    script = {(0.0, 1): [_sample("p0", 1, 1), _sample("p1", 0, 0)],
+              (0.9, 3): [_sample("p0", 1, 1)] * 3 + [_sample("p1", 1, 1), _sample("p1", 0, 0), _sample("p1", 0, 0)]}
+    generator = _ScriptedGenerator(script)
+    kwargs = {"temperature": 0.0, "n_samples_per_prompt": 1, "max_new_tokens": 8}
+    logs, named = cluster_evaluation(generator, loader, _cluster_args(3), kwargs)
+    assert generator.calls == [(0.0, 1), (0.9, 3)]
+    assert logs["eval_a_pass1"] == pytest.approx(0.5) and "eval_num_samples" in logs  # upstream's, unchanged
+    assert logs["accuracy"] == pytest.approx(0.5) and logs["accuracy_se"] == pytest.approx(0.5)
+    assert logs["avg_at_k"] == pytest.approx(2 / 3) and logs["avg_at_k_se"] == pytest.approx(1 / 3)
+    assert named["eval/avg_at_k"] == logs["avg_at_k"] and named["eval/a_pass1"] == logs["eval_a_pass1"]
+    assert "a_pass1" not in logs and "num_samples" not in logs  # upstream's keys are not repeated
+    picker = SimpleNamespace(best_eval_metric_key="")
+    assert BasePPOTrainer._detect_eval_metric_key(picker, logs) == "eval_a_pass1"
+
+    off = _ScriptedGenerator(script)
+    logs_off, named_off = cluster_evaluation(off, loader, _cluster_args(0), kwargs)
+    assert off.calls == [(0.0, 1)] and "avg_at_k" not in logs_off and "eval/avg_at_k" not in named_off
+
+    logged = []
+    path = tmp_path / "metrics.jsonl"
+    trainer = SimpleNamespace(samples_generator=_ScriptedGenerator(script), eval_dataloader=loader,
+                              args=_cluster_args(3), tensorboard_logger=None,
+                              wandb_logger=SimpleNamespace(log_eval=lambda step, row: logged.append((step, row))),
+                              _metrics_writer=MetricsWriter(str(path)), _last_metrics_row=(4, {"reward_mean": 0.25}))
+    trainer._metrics_writer.write(4, {"reward_mean": 0.25})
+    returned = AdoraPoolTrainerMixin.evaluate(trainer, 4, **kwargs)
+    trainer._metrics_writer.close()
+    assert returned["avg_at_k"] == pytest.approx(2 / 3) and logged == [(4, returned)]
+    (row,) = read_metrics(str(path))
+    assert row["step"] == 4 and row["reward_mean"] == 0.25 and row["eval/avg_at_k"] == pytest.approx(2 / 3)
+    assert row["eval/accuracy_se"] == pytest.approx(0.5) and row["timing/eval"] >= 0
+
+
+LOGGING_REWARD = textwrap.dedent('''
+    import json
+
+    import torch
+
+    def reward_func(queries, prompts, labels):
+        out = []
+        with open(LOG, "a") as f:
+            for q, p, label in zip(queries, prompts, labels):
+                response = q[len(p):]
+                out.append(1.0 if response[:1] and ord(response[0]) % 2 == 0 else 0.0)
+                f.write(json.dumps({"prompt": p, "response": response, "label": label, "reward": out[-1]}) + "\\n")
+        t = torch.tensor(out)
+        return {"rewards": t, "scores": t, "extra_logs": {}}
+''')
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_avg_at_k_run_is_seeded_apart_from_the_training_seed(tmp_path, tiny_llama_path, ray_local):
+    """Real runs (local Ray, the transformers engine, a tiny llama), one training step each, evaluated before it
+    and after it: greedy and avg@4 at temperature 1. The reward file logs every sample it scores; avg@4 and its SE
+    are recomputed here from the logged avg@4 pass (mean over problems of the share of rewarded samples; sample sd
+    over sqrt(problems)). Before training the weights are the same, so runs with training seeds 1 and 2 draw the very
+    same avg@4 samples (--eval.avg_seed), and another --eval.avg_seed draws others."""
+    import statistics
+
+    prompts = [f"Give a number {i}:" for i in range(10)]
+    train = _data(tmp_path / "train.jsonl", [{"input": f"Say a number {i}:", "label": "train"} for i in range(16)])
+    evaluation = _data(tmp_path / "eval.jsonl", [{"input": p, "label": "eval"} for p in prompts])
+    k = 4
+
+    def one_run(name, seed, avg_seed):
+        log = tmp_path / f"{name}.rewards.jsonl"
+        (tmp_path / f"{name}_reward.py").write_text(f"LOG = {str(log)!r}\n" + LOGGING_REWARD)
+        out = tmp_path / name
+        run(parse_local_args([
+            "--actor.model_name_or_path", tiny_llama_path, "--data.prompt_dataset", train, "--data.label_key",
+            "label", "--reward.remote_url", str(tmp_path / f"{name}_reward.py"), "--algo.advantage.estimator",
+            "group_norm", "--rollout.n_samples_per_prompt", "2", "--rollout.batch_size", "4",
+            "--rollout.max_new_tokens", "3", "--data.max_len", "64", "--actor.adam.lr", "1e-2", "--local.engine", "hf",
+            "--local.max_steps", "1", "--local.output_dir", str(out), "--ckpt.save_steps", "-1",
+            "--train.seed", str(seed), "--eval.dataset", evaluation, "--eval.temperature", "0",
+            "--eval.n_samples_per_prompt", "1", "--eval.avg_k", str(k), "--eval.avg_temperature", "1.0",
+            "--eval.avg_seed", str(avg_seed)]))
+        scored = [json.loads(line) for line in log.read_text().splitlines()]
+        evals = [r for r in scored if r["label"] == "eval"]
+        per_eval = len(prompts) * (1 + k)  # each evaluation: the greedy pass, then the avg@k pass
+        assert len(evals) == 2 * per_eval and sum(r["label"] == "train" for r in scored) == 4 * 2
+        passes = [evals[i * per_eval + len(prompts) : (i + 1) * per_eval] for i in range(2)]
+        return {r["step"]: r for r in read_metrics(str(out))}, passes, json.loads((out / "config.json").read_text())
+
+    rows1, passes1, config1 = one_run("seed1", 1, 0)
+    for step, samples in zip((0, 1), passes1):
+        assert sorted(r["prompt"] for r in samples) == sorted(p for p in prompts for _ in range(k))
+        shares = [sum(r["reward"] for r in samples if r["prompt"] == p) / k for p in prompts]
+        assert rows1[step]["eval/avg_at_k"] == pytest.approx(sum(shares) / len(shares))
+        assert rows1[step]["eval/avg_at_k_se"] == pytest.approx(statistics.stdev(shares) / math.sqrt(len(prompts)))
+        assert rows1[step]["eval/avg_k"] == k and rows1[step]["eval/avg_problems"] == len(prompts)
+        assert rows1[step]["eval/samples_per_problem"] == 1 and rows1[step]["eval/temperature"] == 0
+        p = rows1[step]["eval/accuracy"]
+        assert rows1[step]["eval/accuracy_se"] == pytest.approx(math.sqrt(p * (1 - p) / (len(prompts) - 1)))
+    assert 0 < rows1[0]["eval/avg_at_k"] < 1  # the check above had both outcomes to count
+
+    rows2, passes2, config2 = one_run("seed2", 2, 0)
+    key = lambda r: (r["prompt"], r["response"])  # noqa: E731
+    assert sorted(map(key, passes2[0])) == sorted(map(key, passes1[0]))  # same weights, same avg@k samples
+    assert rows2[0]["eval/avg_at_k"] == rows1[0]["eval/avg_at_k"]
+    assert config1["eval.problems_sha256"] == config2["eval.problems_sha256"]
+    assert (config1["train.seed"], config2["train.seed"], config1["eval.avg_k"]) == (1, 2, k)
+
+    _, passes3, _ = one_run("avgseed1", 1, 1)
+    assert sorted(map(key, passes3[0])) != sorted(map(key, passes1[0]))

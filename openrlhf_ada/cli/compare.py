@@ -437,12 +437,23 @@ def read_wandb(source: str, timeout: float = 10.0) -> Tuple[str, List[dict], Dic
 
 
 def saved_config(run: Run) -> Tuple[Dict[str, object], Optional[str]]:
-    """A run's config (dotted keys) and where it was found. A wandb run carries its own; a metrics.jsonl run keeps
-    its flags only in the wandb run its trainer wrote next to it (train_local with wandb on, or WANDB_MODE=offline,
-    puts it in its output folder's ``wandb/``), read here; ({}, None) when there is none."""
+    """A run's config (dotted keys) and where it was found. A wandb run carries its own; a metrics.jsonl run's is
+    the ``config.json`` next to it (train_local writes its flags there), else the wandb run its trainer wrote next to
+    it (train_local with wandb on, or WANDB_MODE=offline, puts it in its output folder's ``wandb/``); ({}, None)
+    when there is none."""
     if run.config is not None:
         return run.config, run.source
     folder = run.source if os.path.isdir(run.source) else os.path.dirname(os.path.abspath(run.source))
+    path = os.path.join(folder, "config.json")
+    if os.path.isfile(path):
+        try:
+            with open(path, encoding="utf-8") as f:
+                config = json.load(f)
+        except (OSError, ValueError) as e:
+            raise CompareError(f"{path}: not a readable JSON config ({e})") from None
+        if not isinstance(config, dict):
+            raise CompareError(f"{path}: a JSON {type(config).__name__}, expected an object of flags")
+        return flatten_config(config), path
     for wandb_dir in (os.path.join(folder, "wandb"), os.path.join(folder, ".wandb")):
         if os.path.isdir(wandb_dir):
             folders = [d for d in os.listdir(wandb_dir)
@@ -655,8 +666,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = parser.add_argument_group("settings (runs grouped by setting, paired by seed)")
     g.add_argument("--group-by", metavar="KEY[,KEY...]",
                    help="group runs by the values of these keys of their saved config (dotted flag names, e.g. "
-                        "ada.enable,adora.enable); a wandb run's config, or for a metrics.jsonl run the wandb run "
-                        "its trainer wrote into the same folder")
+                        "ada.enable,adora.enable); a wandb run's config, or for a metrics.jsonl run the config.json "
+                        "train_local writes into its folder, else the wandb run its trainer wrote there")
     g.add_argument("--name-pattern", metavar="REGEX",
                    help="group runs by a regular expression searched in each run's name: its first capture group "
                         "(or the group named setting) is the setting, e.g. '(.*)_seed[0-9]+'")
@@ -678,7 +689,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="points of the common token grid the curves are interpolated onto (default 50)")
     g.add_argument("--metrics", metavar="KEY[,KEY...]",
                    help="the metrics to report per setting (default: eval/accuracy and every standard metric with "
-                        "a better direction, those that the runs log)")
+                        "a better direction, those that the runs log; held-out keys too, e.g. eval/avg_at_k for "
+                        "runs with --eval.avg_k)")
     return parser
 
 

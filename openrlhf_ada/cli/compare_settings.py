@@ -3,8 +3,8 @@
 A setting is one configuration run with several seeds. Runs are grouped
 
 - by config keys (``--group-by ada.enable,adora.enable``): the values of those keys in each run's saved config (a
-  wandb run's config; a metrics.jsonl run's is the wandb run its trainer wrote next to it, see
-  ``compare.saved_config``);
+  wandb run's config; a metrics.jsonl run's is the ``config.json`` train_local writes next to it, else the wandb
+  run its trainer wrote there, see ``compare.saved_config``);
 - by a name pattern (``--name-pattern '(.*)_seed\\d+'``): the first capture group (or the one named ``setting``) of a
   regular expression searched in each run's name;
 - or explicitly (``--setting NAME=RUN,RUN,...``, repeated).
@@ -47,7 +47,7 @@ from openrlhf_ada.cli.compare import (
     Run,
     saved_config,
 )
-from openrlhf_ada.utils.heldout import ACCURACY
+from openrlhf_ada.utils.heldout import ACCURACY, AVG_AT_K
 from openrlhf_ada.utils.seed_stats import (
     Interval,
     IntervalMethod,
@@ -61,9 +61,10 @@ from openrlhf_ada.utils.seed_stats import (
 
 HEADLINE = (ACCURACY,) + tuple(m for m in METRICS if BETTER[m] is not None)
 SEED_KEYS = ("train.seed", "seed")
+PROBLEMS_DIGEST = "eval.problems_sha256"  # train_local's config.json: the held-out problems a run was evaluated on
 TOKENS = "generated_tokens_total"
 POINTS = ("end", "tokens", "curve")
-AXIS_LABELS = {**LABELS, ACCURACY: "held-out accuracy"}
+AXIS_LABELS = {**LABELS, ACCURACY: "held-out accuracy", AVG_AT_K: "held-out avg@k"}
 
 
 @dataclass(frozen=True)
@@ -159,8 +160,9 @@ def group_names(runs: Sequence[Run], options: SettingsOptions,
         if missing:
             raise CompareError("--group-by " + ",".join(options.group_by) + ": not in the config of "
                                + "; ".join(missing) + ". A run's config is its wandb run's (a metrics.jsonl run: the "
-                               "wandb run in its folder, which train_local writes with WANDB_MODE=offline or "
-                               "--logger.wandb.key); group such runs with --name-pattern or --setting instead")
+                               "config.json train_local writes into its folder, else the wandb run in its folder, "
+                               "which train_local writes with WANDB_MODE=offline or --logger.wandb.key); group such "
+                               "runs with --name-pattern or --setting instead")
         return [",".join(f"{k}={_value(config[k])}" for k in options.group_by) for config, _ in configs]
     pattern = re.compile(options.name_pattern)
     names, unmatched = [], []
@@ -217,6 +219,15 @@ def build_settings(runs: Sequence[Run], options: SettingsOptions) -> List[Settin
                                 "paired with other settings by seed, so each seed once (drop a run, or fix the "
                                 "grouping)")
         settings.append(Setting(name, tuple(runs[i] for i in members), tuple(s for s in seeds if s is not None)))
+    digests: Dict[str, List[str]] = {}
+    for run, (config, _) in zip(runs, configs):
+        if config.get(PROBLEMS_DIGEST) is not None:
+            digests.setdefault(str(config[PROBLEMS_DIGEST]), []).append(run.name)
+    if len(digests) > 1:
+        problems.append("the runs were evaluated on different held-out problems (" + "; ".join(
+            f"{', '.join(names)}: {PROBLEMS_DIGEST} {digest[:12]}" for digest, names in digests.items())
+            + "): their eval/* metrics cannot be compared; evaluate every run on the same --eval.dataset (and "
+            "--data.max_samples, --data.max_len, --rollout.max_new_tokens, template)")
     if problems:
         raise CompareError("; ".join(problems))
     if options.reference is not None and options.reference not in order:

@@ -3,7 +3,8 @@
 The same flags as the cluster launcher (upstream's names and parser, plus --adora.* and --ada.*), the same reward
 files and dataset format, the same samples generator and advantage code; a few --local.* flags choose the engine and
 the run length. Outputs in --local.output_dir: metrics.jsonl (always), tensorboard (--logger.tensorboard_dir), wandb
-(--logger.wandb.key, or WANDB_MODE=offline without network), checkpoints in --ckpt.path (default <output>/ckpt),
+(--logger.wandb.key, or WANDB_MODE=offline without network), config.json (the run's flags, for compare --group-by),
+checkpoints in --ckpt.path (default <output>/ckpt),
 and with --eval.dataset a held-out evaluation (upstream's --eval.* flags) before training, every --eval.steps steps
 and after the last step, plotted in heldout.png.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import os
 import sys
 from typing import Optional
@@ -51,7 +53,8 @@ LOCAL_DEFAULTS = {
 EVAL_HELP = (
     "Held-out evaluation: --eval.dataset FILE (the training data's keys and checks), evaluated before training, every "
     "--eval.steps steps (-1: only before and after) and after the last step; --eval.temperature 0 is greedy (with "
-    "--eval.n_samples_per_prompt 1); --eval.split for hub datasets"
+    "--eval.n_samples_per_prompt 1); --eval.avg_k K adds avg@K from K seeded samples per problem "
+    "(--eval.avg_temperature, --eval.avg_seed); --eval.split for hub datasets"
 )
 
 
@@ -310,6 +313,33 @@ def overlap_warning(train, evaluation) -> Optional[str]:
             "the evaluation is not held out for them")
 
 
+def problems_digest(dataset) -> str:
+    """sha256 over the held-out problems as evaluated (prompts after templating, labels, in order): two runs with
+    the same digest were evaluated on the same problems."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps([list(dataset.prompts), list(dataset.labels)], default=str).encode()).hexdigest()
+
+
+def write_run_config(args, output_dir: str, eval_dataset=None) -> str:
+    """<output_dir>/config.json: every flag of the run as a dotted key (what wandb's config holds), and with
+    --eval.dataset the held-out problems' count and digest (`eval.problems`, `eval.problems_sha256`); what
+    `compare --group-by` and the seed pairing read from a local run. A resumed run rewrites it."""
+    from openrlhf_ada.trainer.local_trainer import _flat
+
+    config = _flat(args)
+    if eval_dataset is not None:
+        config["eval.problems"] = len(eval_dataset)
+        config["eval.problems_sha256"] = problems_digest(eval_dataset)
+    os.makedirs(output_dir, exist_ok=True)
+    path = os.path.join(output_dir, "config.json")
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(config, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+    return path
+
+
 def run(args) -> dict:
     """Build everything from the parsed flags and train; returns the last step's metrics."""
     import ray
@@ -330,6 +360,7 @@ def run(args) -> dict:
         warning = overlap_warning(prompts, eval_prompts)
         if warning:
             print(f"[train_local] warning: {warning}", file=sys.stderr, flush=True)
+    write_run_config(args, config.output_dir, eval_prompts)
     kv = engine_kv_cache(args)
     if kv is not None:  # before Ray and the engine start: vLLM would fail the same way after loading the model
         from openrlhf_ada.utils.kv_cache import check_node_holds

@@ -12,11 +12,11 @@ One step, read top to bottom in `LocalTrainer.step`:
    and sampler state, so the same seed gives the same samples.
 
 Held-out evaluation (`--eval.dataset`, see openrlhf_ada.utils.heldout): upstream's evaluation generation and metrics
-on the eval prompts, before training (a row of its own, step 0, when the run starts fresh), after every
-`--eval.steps`-th step, after each step whose running token total crosses a multiple of `--local.eval_tokens`, and
-after the last step (`--local.max_steps`, or the step that reached `--local.max_generated_tokens`); an evaluation's
-metrics (`eval/*`, `timing/eval`) join the row of the step it
-follows. A run stopped by a signal is not evaluated at its end. Evaluation time is not part of any step's timing.
+on the eval prompts (and with `--eval.avg_k` a second, seeded pass of k samples per problem for avg@k), before
+training (a row of its own, step 0, when the run starts fresh), after every `--eval.steps`-th step, after each step
+whose running token total crosses a multiple of `--local.eval_tokens`, and after the last step (`--local.max_steps`,
+or the step that reached `--local.max_generated_tokens`); an evaluation's metrics (`eval/*`, `timing/eval`) join the
+row of the step it follows. A run stopped by a signal is not evaluated at its end. Evaluation time is not part of any step's timing.
 
 A checkpoint only ever describes a completed step: the trainer keeps the small per-step state (`StepState`: step,
 data position, sampler step, RNG, signal checks) as it was when the last step completed, and knows whether the
@@ -53,7 +53,7 @@ from openrlhf_ada.trainer.ppo_utils.experience_maker import AdoraPoolExperienceM
 from openrlhf_ada.trainer.ppo_utils.sample_failures import rewards_of, sample_score
 from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
 from openrlhf_ada.utils.checkpoint_dir import find_checkpoint, remove_checkpoint, write_checkpoint
-from openrlhf_ada.utils.heldout import ACCURACY, EvalLoader, describe, heldout_metrics
+from openrlhf_ada.utils.heldout import ACCURACY, EvalLoader, avg_at_k_metrics, describe, eval_config, heldout_metrics
 from openrlhf_ada.utils.metrics_log import MetricsWriter, keep_rows_up_to
 from openrlhf_ada.utils.signal_watch import SignalState, observe, reward_file_logs
 
@@ -152,6 +152,7 @@ class LocalTrainer:
         self.strategy = LocalStrategy(args)
         self.loader = EpisodeLoader(prompts_dataset, seed=args.train.seed)
         self.eval_loader = EvalLoader(eval_dataset) if eval_dataset is not None and len(eval_dataset) else None
+        self.eval_config = eval_config(args)  # --eval.avg_k, --eval.avg_temperature, --eval.avg_seed
         self.generator = RoundsSamplesGenerator(strategy=self.strategy, prompts_dataloader=self.loader,
                                              eval_dataloader=self.eval_loader, tokenizer=tokenizer,
                                              vllm_engines=[engine])
@@ -262,28 +263,41 @@ class LocalTrainer:
     @torch.no_grad()
     def evaluate(self) -> Dict[str, float]:
         """Held-out evaluation of the current policy (the engine holds its weights): upstream's eval generation
-        over the whole eval set (--eval.temperature, --eval.n_samples_per_prompt), metrics of
-        openrlhf_ada.utils.heldout."""
+        over the whole eval set (--eval.temperature, --eval.n_samples_per_prompt), then with --eval.avg_k a second
+        pass of k samples per problem for avg@k; metrics of openrlhf_ada.utils.heldout."""
         ev = self.args.eval
         t0 = time.time()
         # the transformers engine seeds samples by (seed, epoch, prompt, k): every evaluation draws with the same
         # epoch (common random numbers across evaluations); the next step reseeds with its own number
         ray.get(self.engine.reseed.remote(-1))
-        kwargs = dict(self.generate_kwargs, do_sample=ev.temperature > 0, temperature=ev.temperature,
-                      n_samples_per_prompt=ev.n_samples_per_prompt)
+        samples = self._eval_samples(ev.temperature, ev.n_samples_per_prompt)
+        metrics = heldout_metrics(samples, ev.n_samples_per_prompt, self.args.ada.positive_threshold,
+                                  self.eval_loader, temperature=ev.temperature,
+                                  failures=getattr(self.generator, "last_eval_failures", None))
+        avg = self.eval_config
+        if avg.avg_k:
+            t1 = time.time()
+            ray.get(self.engine.reseed.remote(-1, avg.avg_seed))  # the same draws whatever --train.seed (hf)
+            samples = self._eval_samples(avg.avg_temperature, avg.avg_k)
+            metrics.update(avg_at_k_metrics(samples, avg.avg_k, self.args.ada.positive_threshold,
+                                            temperature=avg.avg_temperature,
+                                            failures=getattr(self.generator, "last_eval_failures", None)))
+            metrics["timing/eval_avg"] = time.time() - t1
+        metrics["timing/eval"] = time.time() - t0
+        tqdm.write(f"[train_local] step {self.global_step}: {describe(metrics)}, {metrics['timing/eval']:.0f} s")
+        return metrics
+
+    def _eval_samples(self, temperature: float, n: int) -> List[Experience]:
+        """Every eval prompt's n samples at `temperature` (0: greedy), through upstream's eval generation."""
+        kwargs = dict(self.generate_kwargs, do_sample=temperature > 0, temperature=temperature,
+                      n_samples_per_prompt=n)
         rollout = self.args.rollout
         chunk = rollout.batch_size  # upstream dispatches --rollout.batch_size eval prompts at a time; one engine
         rollout.batch_size = max(chunk, len(self.eval_loader))  # batches better with all of them in flight
         try:
-            samples = self.generator.generate_eval_samples(**kwargs)
+            return self.generator.generate_eval_samples(**kwargs)
         finally:
             rollout.batch_size = chunk
-        metrics = heldout_metrics(samples, ev.n_samples_per_prompt, self.args.ada.positive_threshold,
-                                  self.eval_loader, temperature=ev.temperature,
-                                  failures=getattr(self.generator, "last_eval_failures", None))
-        metrics["timing/eval"] = time.time() - t0
-        tqdm.write(f"[train_local] step {self.global_step}: {describe(metrics)}, {metrics['timing/eval']:.0f} s")
-        return metrics
 
     def _on_signal(self, signum, frame):
         if self._stop_signal is not None:  # second signal: stop now (the last good checkpoint is kept, see module doc)

@@ -10,7 +10,7 @@ import os
 import time
 
 import ray
-from openrlhf.trainer.ppo_trainer import PPOTrainer
+from openrlhf.trainer.ppo_trainer import PPOTrainer, compute_eval_metrics
 from openrlhf.utils.logging_utils import init_logger
 
 from openrlhf_ada.trainer.ppo_utils.batching import data_parallel_unit
@@ -19,6 +19,7 @@ from openrlhf_ada.trainer.ppo_utils.loader_state import LoaderWithSamplerState
 from openrlhf_ada.trainer.ppo_utils.sample_failures import rewards_of
 from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
 from openrlhf_ada.trainer.ray.engine_health import lost_engines_message, probe_engines
+from openrlhf_ada.utils.heldout import EVAL_PREFIX, avg_at_k_metrics, describe, eval_config, heldout_metrics
 from openrlhf_ada.utils.metrics_log import MetricsWriter, keep_rows_up_to, read_metrics, standardize
 from openrlhf_ada.utils.signal_watch import SignalState, observe
 
@@ -27,8 +28,9 @@ logger = init_logger(__name__)
 
 class AdoraPoolTrainerMixin:
     """For classes built on BasePPOTrainer: swap in AdoraPoolExperienceMaker, tell it which step it is computing, stop on
-    a lost rollout engine before the weight sync would wait for it, watch the training signal, and write
-    <ckpt.path>/metrics.jsonl."""
+    a lost rollout engine before the weight sync would wait for it, watch the training signal, write
+    <ckpt.path>/metrics.jsonl, and add the held-out accuracy, its standard error and avg@k (--eval.avg_k) to
+    upstream's evaluation (`evaluate`, called by the synchronous trainer)."""
 
     def _install_experience_maker(self) -> None:
         upstream = self.experience_maker
@@ -103,6 +105,25 @@ class AdoraPoolTrainerMixin:
             self._generated_tokens_total += row.get("generated_tokens", 0.0)
             row["generated_tokens_total"] = self._generated_tokens_total
             self._metrics_writer.write(global_step, row)
+            self._last_metrics_row = (global_step, row)
+
+    def evaluate(self, global_step, **generate_kwargs):
+        """Upstream's evaluation (its generation, `compute_eval_metrics`' keys, the best-checkpoint metric) plus the
+        held-out keys of openrlhf_ada.utils.heldout: accuracy and its standard error, and avg@k with
+        --eval.avg_k. Logged to wandb/tensorboard as upstream logs its own (eval/<key>), and added to the step's
+        row of metrics.jsonl under train_local's names (eval/accuracy, eval/avg_at_k, ...)."""
+        t0 = time.time()
+        logs, named = cluster_evaluation(self.samples_generator, self.eval_dataloader, self.args, generate_kwargs)
+        named["timing/eval"] = time.time() - t0
+        if self.wandb_logger:
+            self.wandb_logger.log_eval(global_step, logs)
+        if self.tensorboard_logger:
+            self.tensorboard_logger.log_eval(global_step, logs)
+        logger.info(f"evaluation at step {global_step} in {named['timing/eval']:.0f} s: {describe(named)}")
+        step, row = getattr(self, "_last_metrics_row", (None, None))
+        if step == global_step and getattr(self, "_metrics_writer", None) is not None:
+            self._metrics_writer.write(global_step, {**row, **named})  # the step's row again, with its evaluation
+        return logs
 
 
 def standard_metrics(status: dict, n: int) -> dict:
@@ -117,6 +138,30 @@ def standard_metrics(status: dict, n: int) -> dict:
         row["trained_reward_mean"] = row["rollout/reward_mean"]
     row.setdefault("samples_per_prompt", float(n))
     return row
+
+
+def cluster_evaluation(samples_generator, eval_dataloader, args, generate_kwargs):
+    """One held-out evaluation on the cluster engines: the --eval.temperature / --eval.n_samples_per_prompt pass
+    (`generate_kwargs`, upstream's), then with --eval.avg_k a pass of k samples per problem at
+    --eval.avg_temperature. Returns (upstream's eval keys plus the project's under their heldout names without
+    `eval/`, for upstream's loggers and best-checkpoint metric; the heldout metrics as train_local names them)."""
+    n = generate_kwargs["n_samples_per_prompt"]
+    threshold = args.ada.positive_threshold
+    samples = samples_generator.generate_eval_samples(**generate_kwargs)
+    logs = compute_eval_metrics(eval_dataloader, samples, n)
+    named = heldout_metrics(samples, n, threshold, eval_dataloader, temperature=generate_kwargs["temperature"],
+                            failures=getattr(samples_generator, "last_eval_failures", None))
+    avg = eval_config(args)
+    if avg.avg_k:
+        kwargs = dict(generate_kwargs, temperature=avg.avg_temperature, n_samples_per_prompt=avg.avg_k)
+        named.update(avg_at_k_metrics(samples_generator.generate_eval_samples(**kwargs), avg.avg_k, threshold,
+                                      temperature=avg.avg_temperature,
+                                      failures=getattr(samples_generator, "last_eval_failures", None)))
+    for key, value in named.items():  # upstream's own keys are in `logs` already, as upstream names them
+        short = key[len(EVAL_PREFIX):]
+        if "eval_" + short not in logs:
+            logs[short] = value
+    return logs, named
 
 
 def install_cluster_samples_generator(owner) -> None:

@@ -5,14 +5,31 @@ points those names at the project's subclasses inside its own actor process, the
 
 import openrlhf.trainer.ppo_trainer_async as upstream
 import ray
+from openrlhf.utils.logging_utils import init_logger
 
-from openrlhf_ada.trainer.ppo_trainer import AdoraPoolTrainerMixin, install_cluster_samples_generator
+from openrlhf_ada.trainer.ppo_trainer import (
+    AdoraPoolTrainerMixin,
+    cluster_evaluation,
+    install_cluster_samples_generator,
+)
+from openrlhf_ada.utils.heldout import describe
+
+logger = init_logger(__name__)
 
 
 class _RoundsGenerateSamplesActor(upstream.GenerateSamplesActor.__ray_actor_class__):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         install_cluster_samples_generator(self)
+
+    def _run_eval(self):
+        """Upstream's evaluation keys plus the held-out accuracy, its standard error and avg@k (--eval.avg_k), as
+        the synchronous trainer logs them (`cluster_evaluation`); upstream's trainer logs them to wandb/tensorboard."""
+        kwargs = dict(self.generate_kwargs, temperature=self.args.eval.temperature,
+                      n_samples_per_prompt=self.args.eval.n_samples_per_prompt)
+        logs, named = cluster_evaluation(self.samples_generator, self.eval_dataloader, self.args, kwargs)
+        logger.info(f"evaluation: {describe(named)}")
+        return logs
 
 
 _UpstreamTrainingActor = upstream.TrainingActor.__ray_actor_class__

@@ -18,7 +18,29 @@ metric `pass_rate`):
     eval/temperature, eval/samples_per_problem  how the evaluation sampled
     timing/eval            seconds the evaluation took
 
-and upstream's keys without their `eval_` prefix under `eval/`: `eval/<datasource>_pass1`, `eval/<datasource>_pass{n}`,
+    eval/accuracy_se       its standard error over problems: the sample standard deviation (n - 1 in the
+                           denominator) of the per-problem share of correct samples, over sqrt(problems); with one
+                           greedy sample per problem that is sqrt(p (1 - p) / (problems - 1)), the binomial standard
+                           error with the n - 1 correction
+
+With `--eval.avg_k K` (EvalConfig below; off by default) every evaluation also draws K samples per problem at
+`--eval.avg_temperature`, seeded by `--eval.avg_seed` (the same for every run whatever `--train.seed`, on the engines
+that take a seed per sample, see EvalConfig), and adds avg@K (the papers' Ave@K: the mean over problems of the share of
+a problem's K samples that are correct):
+
+    eval/avg_at_k          avg@K
+    eval/avg_at_k_se       its standard error: the sample standard deviation of the per-problem shares over
+                           sqrt(problems) (the problems are the unit of resampling; the K samples only make each
+                           problem's share less noisy)
+    eval/avg_k, eval/avg_temperature, eval/avg_problems   K, the temperature, problems scored
+    eval/avg_failed_prompts, eval/avg_failed_samples      left out because a reward failed
+    timing/eval_avg        seconds the avg@K pass took (also part of timing/eval)
+
+The held-out problems are the --eval.dataset rows in file order (at most --data.max_samples, minus prompts too long
+for the budget): nothing about them depends on --train.seed or the algorithm's flags, so every setting and seed is
+evaluated on the same problems and differences between runs can be paired over problems as well.
+
+Upstream's keys without their `eval_` prefix under `eval/`: `eval/<datasource>_pass1`, `eval/<datasource>_pass{n}`,
 `eval/<datasource>_response_length_mean`, `eval/<datasource>_truncated_rate`, `eval/response_length_mean`,
 `eval/truncated_rate`, `eval/num_samples` (upstream's cluster trainer logs the same values to wandb as
 `eval/eval_<...>`).
@@ -27,10 +49,82 @@ and upstream's keys without their `eval_` prefix under `eval/`: `eval/<datasourc
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
 EVAL_PREFIX = "eval/"
 ACCURACY = "eval/accuracy"
+AVG_AT_K = "eval/avg_at_k"
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """The project's --eval.* flags (upstream's --eval.dataset, --eval.steps, --eval.temperature,
+    --eval.n_samples_per_prompt keep their meaning).
+
+    `avg_k`: samples per held-out problem for avg@k, drawn in a pass of their own after the usual evaluation
+    (0: off, the default: the evaluation stays exactly upstream's plus the accuracy keys). `avg_temperature`:
+    their sampling temperature. `avg_seed`: their seed. The transformers engine (`--local.engine hf`) draws the j-th
+    sample of a problem with a generator seeded by (avg_seed, problem, j): the same samples for the same weights,
+    in every run and every evaluation, whatever --train.seed. vLLM takes no seed per request on its CPU backend, so
+    its engines keep the seed they started with (--train.seed): reproducible run by run, not shared across seeds.
+    """
+
+    avg_k: int = 0
+    avg_temperature: float = 1.0
+    avg_seed: int = 0
+
+    def __post_init__(self):
+        if self.avg_k < 0:
+            raise ValueError(f"eval.avg_k={self.avg_k}: must be >= 0 (0: no avg@k)")
+        if not self.avg_temperature > 0 or self.avg_temperature == float("inf"):
+            raise ValueError(f"eval.avg_temperature={self.avg_temperature}: avg@k samples, so it must be a finite "
+                             "number > 0 (greedy is --eval.temperature 0)")
+
+
+def eval_config(args) -> EvalConfig:
+    """The EvalConfig of parsed flags (namespaces without the flags get its defaults)."""
+    ev = getattr(args, "eval", None)
+    return EvalConfig(**{k: getattr(ev, k, getattr(EvalConfig, k)) for k in ("avg_k", "avg_temperature", "avg_seed")})
+
+
+def standard_error(values: Sequence[float]) -> float:
+    """The standard error of the mean of `values`: sample standard deviation (n - 1 denominator) / sqrt(n); NaN for
+    fewer than 2 values."""
+    m = len(values)
+    if m < 2:
+        return math.nan
+    mean = sum(values) / m
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (m - 1) / m)
+
+
+def correct_flags(samples: Sequence, threshold: float) -> List[bool]:
+    """Per sample: its score (its reward when the reward file returns no scores) is above `threshold`."""
+    out = []
+    for s in samples:
+        score = _first(s.scores) if getattr(s, "scores", None) is not None else _first(s.rewards)
+        out.append(score is not None and score > threshold)
+    return out
+
+
+def problem_shares(correct: Sequence[bool], n: int) -> List[float]:
+    """The share of correct samples of each problem (n consecutive samples each)."""
+    return [sum(correct[i : i + n]) / n for i in range(0, len(correct) - len(correct) % n, n)]
+
+
+def avg_at_k_metrics(samples: Sequence, k: int, threshold: float, *, temperature: float,
+                     failures: Optional[Dict[str, float]] = None) -> Dict[str, float]:
+    """avg@k and its standard error (module docstring) from k samples per problem, each problem's together."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if len(samples) % k:
+        raise ValueError(f"{len(samples)} avg@k samples are not whole groups of {k}")
+    shares = problem_shares(correct_flags(samples, threshold), k)
+    out = {AVG_AT_K: sum(shares) / len(shares) if shares else math.nan, AVG_AT_K + "_se": standard_error(shares),
+           "eval/avg_k": float(k), "eval/avg_temperature": float(temperature), "eval/avg_problems": float(len(shares))}
+    for key, value in (failures or {}).items():
+        out["eval/avg_" + key[len("eval_"):] if key.startswith("eval_") else "eval/avg_" + key] = float(value)
+    return out
 
 
 class EvalLoader:
@@ -69,12 +163,10 @@ def heldout_metrics(samples: Sequence, n: int, threshold: float, eval_loader, *,
     if samples:
         for key, value in compute_eval_metrics(eval_loader, list(samples), n).items():
             out[EVAL_PREFIX + (key[len("eval_"):] if key.startswith("eval_") else key)] = float(value)
-    correct = []
-    for s in samples:
-        score = _first(s.scores) if getattr(s, "scores", None) is not None else _first(s.rewards)
-        correct.append(score is not None and score > threshold)
+    correct = correct_flags(samples, threshold)
     problems = len(samples) // n
     out[ACCURACY] = sum(correct) / len(correct) if correct else math.nan
+    out[ACCURACY + "_se"] = standard_error(problem_shares(correct, n))
     if n > 1:
         solved = [any(correct[i * n : (i + 1) * n]) for i in range(problems)]
         out[f"eval/pass_at_{n}"] = sum(solved) / problems if problems else math.nan
@@ -98,9 +190,15 @@ def describe(metrics: Dict[str, float]) -> str:
     n = int(metrics.get("eval/samples_per_problem", 1))
     temperature = metrics.get("eval/temperature", math.nan)
     how = "greedy" if temperature == 0 else f"temperature {temperature:g}, {n} samples per problem"
-    text = f"held-out accuracy {metrics[ACCURACY]:.3f} on {int(metrics.get('eval/problems', 0))} problems ({how})"
+    se = metrics.get(ACCURACY + "_se", math.nan)
+    text = f"held-out accuracy {metrics[ACCURACY]:.3f}" + (f" (SE {se:.3f})" if se == se else "")
+    text += f" on {int(metrics.get('eval/problems', 0))} problems ({how})"
     if n > 1 and f"eval/pass_at_{n}" in metrics:
         text += f", pass@{n} {metrics[f'eval/pass_at_{n}']:.3f}"
+    if AVG_AT_K in metrics:
+        se = metrics.get(AVG_AT_K + "_se", math.nan)
+        text += (f", avg@{int(metrics['eval/avg_k'])} {metrics[AVG_AT_K]:.3f}" + (f" (SE {se:.3f})" if se == se else "")
+                 + f" at temperature {metrics['eval/avg_temperature']:g}")
     return text
 
 
@@ -111,10 +209,22 @@ def plot_heldout(ax, rows: Sequence[dict], label: Optional[str] = None) -> bool:
     if not points:
         return False
     steps = [r["step"] for r in points]
-    ax.plot(steps, [r[ACCURACY] for r in points], marker="o", label=label or "held-out accuracy")
+    se = [r.get(ACCURACY + "_se") for r in points]
+    if all(e is not None and e == e for e in se):  # one standard error either side
+        ax.errorbar(steps, [r[ACCURACY] for r in points], yerr=se, marker="o", capsize=3,
+                    label=label or "held-out accuracy (+- 1 SE)")
+    else:
+        ax.plot(steps, [r[ACCURACY] for r in points], marker="o", label=label or "held-out accuracy")
+    sampled = [r for r in points if r.get(AVG_AT_K) is not None]
+    if sampled and label is None:
+        err = [r.get(AVG_AT_K + "_se") for r in sampled]
+        ax.errorbar([r["step"] for r in sampled], [r[AVG_AT_K] for r in sampled], capsize=3, marker="s",
+                    yerr=err if all(e is not None and e == e for e in err) else None,
+                    label=f"avg@{int(sampled[-1]['eval/avg_k'])} (+- 1 SE), T={sampled[-1]['eval/avg_temperature']:g}")
+        ax.legend(fontsize=7)
     for s, r in zip(steps, points):
-        ax.annotate(f"{r[ACCURACY]:.2f}", (s, r[ACCURACY]), textcoords="offset points", xytext=(0, 6),
-                    ha="center", fontsize=7)
+        ax.annotate(f"{r[ACCURACY]:.2f}", (s, r[ACCURACY]), textcoords="offset points", xytext=(5, 5),
+                    ha="left", fontsize=7)
     n = int(points[-1].get("eval/samples_per_problem", 1))
     temperature = points[-1].get("eval/temperature", math.nan)
     how = "greedy" if temperature == 0 else f"T={temperature:g}, {n}/problem"

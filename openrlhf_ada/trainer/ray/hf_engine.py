@@ -42,6 +42,7 @@ class _HFRolloutActor(RolloutRayActor.__ray_actor_class__):
         self.eos_token_id = tokenizer.eos_token_id
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_token_id
         self.seed, self.epoch, self._counts, self._unfinished = seed, 0, {}, 0
+        self._epoch_seed = seed  # the seed of the current epoch: `seed`, unless reseed was given another
 
     async def generate(self, prompt_token_ids, sampling_params, multi_modal_data=None):
         if multi_modal_data:
@@ -51,7 +52,7 @@ class _HFRolloutActor(RolloutRayActor.__ray_actor_class__):
         self._counts[key] = k + 1
         self._unfinished += 1
         try:
-            torch.manual_seed(_seed(self.seed, self.epoch, key, k))
+            torch.manual_seed(_seed(self._epoch_seed, self.epoch, key, k))
             with torch.no_grad():
                 out = self.model.generate(
                     torch.tensor([prompt_token_ids]),
@@ -84,9 +85,11 @@ class _HFRolloutActor(RolloutRayActor.__ray_actor_class__):
     async def load_weights_from_file(self, path: str) -> None:
         self.model.load_state_dict(load_file(path), strict=True)
 
-    async def reseed(self, epoch: int) -> None:
-        """Start a new step: per-prompt sample counters restart, seeds depend on this epoch (the step)."""
+    async def reseed(self, epoch: int, seed=None) -> None:
+        """Start a new step: per-prompt sample counters restart, seeds depend on this epoch (the step) and on `seed`
+        (None: the engine's own, --train.seed; the held-out avg@k pass passes --eval.avg_seed)."""
         self.epoch, self._counts = epoch, {}
+        self._epoch_seed = self.seed if seed is None else seed
 
 
 HFRolloutActor = ray.remote(_HFRolloutActor)

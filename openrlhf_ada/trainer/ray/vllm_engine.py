@@ -114,8 +114,9 @@ class _GuardedRolloutRayActor(RolloutRayActor.__ray_actor_class__):
         """Raises when the vLLM engine core inside this actor has died (the actor itself may still answer)."""
         await self.llm.check_health()
 
-    async def reseed(self, epoch: int) -> None:
-        """vLLM is seeded once at start (a per-request seed fails on its CPU backend); nothing to do per step."""
+    async def reseed(self, epoch: int, seed=None) -> None:
+        """vLLM is seeded once at start (a per-request seed fails on its CPU backend); nothing to do per step, and
+        `seed` (the held-out avg@k pass's) is not applied."""
 
     async def generate_stream(self, group_id: str, prompt: str, label, sampling_params, max_length: int,
                               hf_tokenizer, indices, images=None):
