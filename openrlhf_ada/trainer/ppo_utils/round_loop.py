@@ -174,7 +174,7 @@ class RoundStep:
         watch = StallWatch(self.gen.fault, self.gen.vllm_engines)  # progress: a rollout back, or a token anywhere
         try:
             while self.pending:
-                ready, _ = ray.wait(list(self.pending), num_returns=1, timeout=watch.interval)
+                ready = self.wait_ready(watch.interval)
                 if not ready:
                     self.gen._check_stalled(watch, len(self.pending))
                 for ref in ready:
@@ -192,6 +192,15 @@ class RoundStep:
         self.pbar.close()
         metrics = self.metrics()
         return self.build(metrics), self.prompts_consumed, self.exhausted
+
+    def wait_ready(self, timeout: float) -> list:
+        """Every round (or stream) with something ready now, in one call; only when none is, wait up to `timeout`
+        for the first. (One sample per wait would make the waits grow as samples x open streams.)"""
+        refs = list(self.pending)
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        if not ready:
+            ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
+        return ready
 
     # -- draw ---------------------------------------------------------------------------------------------------
     def draw(self, count: int) -> List[ActivePrompt]:
@@ -341,6 +350,8 @@ class RoundStep:
         if self.history is not None:
             self.history.record(item.key, self.gen._epoch, item.pool.num_pos, item.pool.num_neg)
         kept = [item.pool.items[i] for i in item.pool.select()]
+        # only the kept samples live on (in `accepted`, then the trained batch); the pool keeps its statistics
+        item.pool.items = [None] * len(item.pool.items)
         if not kept:
             if item.pool.outcome == "failed":  # too few samples with a reward to form a group
                 self.lost_to_failures += 1
@@ -442,6 +453,7 @@ class _StreamingEngine:
     that starts a stream."""
 
     def __init__(self, engine, items: Iterator[ActivePrompt], run: str):
+        self.actor = engine  # what tokenizer_shipping.is_remote_engine looks at
         self.get_num_unfinished_requests = engine.get_num_unfinished_requests
         self.generate_responses = _StreamStarter(engine, items, run)
 
