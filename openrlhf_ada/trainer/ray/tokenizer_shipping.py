@@ -72,9 +72,15 @@ class TokenizerHandle:
 
 
 def is_remote_engine(engine) -> bool:
-    """A Ray actor (or a wrapper of one that names it as `actor`): what Ray pickles the arguments for."""
-    return isinstance(engine, ray.actor.ActorHandle) or isinstance(getattr(engine, "actor", None),
-                                                                   ray.actor.ActorHandle)
+    """A Ray actor, or a wrapper of one that names what it wraps as `actor` (wrappers of wrappers included): what Ray
+    pickles the arguments for."""
+    for _ in range(8):
+        if isinstance(engine, ray.actor.ActorHandle):
+            return True
+        engine = getattr(engine, "actor", None)
+        if engine is None:
+            return False
+    return False
 
 
 class _ShippingCall:
