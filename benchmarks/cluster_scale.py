@@ -470,7 +470,15 @@ def render(result: dict, summary: list, command: str) -> str:
         "Per generated sample; ratios are to upstream GRPO's median at the same shape (the A/A row is a second "
         "instance of upstream's path: its distance from 1.00 is the noise).",
         "",
-        "| prompts x n | setting | generated | CPU ms/sample [range] | CPU ratio | wall ratio | peak RSS MB | "
+        "Columns: CPU and wall are the trainer process's, per generated sample, median over repeats [range]; RSS "
+        "growth = the step's peak RSS above its start (memory freed by earlier steps is reused first, so a lower "
+        "bound of the step's peak); trained MB = the tensors of the trained batch; held after step = tensor bytes "
+        "the samples generator still reaches once the trained batch is handed on; bytes to engines = request "
+        "arguments as pickled (the tokenizer counted at its pickled size each time it is sent); tokenizers unpickled "
+        "= copies the engines materialised in the step; Ray calls = `.remote` on the engines + `ray.wait` + "
+        "`ray.get` + `ray.put`.",
+        "",
+        "| prompts x n | setting | generated | CPU ms/sample [range] | CPU ratio | wall ratio | RSS growth MB | "
         "trained MB | held after step MB | bytes to engines/sample | tokenizers unpickled | Ray calls/step | "
         "waits | calls ratio/sample |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -494,6 +502,12 @@ def render(result: dict, summary: list, command: str) -> str:
             f"upstream GRPO: worst setting {worst['setting']} (n = {worst['n']}) at {worst['cpu_ratio']:.2f}x "
             f"({'met' if worst['cpu_ratio'] <= 1.1 else 'not met'}); A/A control "
             + ", ".join(f"{m['cpu_ratio']:.2f}x (n = {m['n']})" for m in aa) + ".")
+        grpo = {m["n"]: m for m in big if m["setting"] == "project GRPO (fixed n)"}
+        if grpo:
+            lines.append("- The same against the project's own fixed-n GRPO path (which ships the tokenizer once "
+                         "too), per generated sample: " + ", ".join(
+                             f"{m['setting']} n = {m['n']}: {m['cpu_per_sample_ms'] / grpo[m['n']]['cpu_per_sample_ms']:.2f}x"
+                             for m in ada if m["n"] in grpo) + ".")
     held = max(m["held_by_generator_mb"] for m in summary)
     lines.append(f"- Memory held by the samples generator after a step (the trained batch handed on): at most "
                  f"{held:.2f} MB in every row (the target: nothing beyond the trained batch).")
@@ -548,19 +562,28 @@ def main(argv=None):
     parser.add_argument("--no-warmup", action="store_true", help="skip the unmeasured first step of each setting")
     parser.add_argument("--json", default=None, help="also write the raw rows here")
     parser.add_argument("--no-write", action="store_true", help="do not touch docs/benchmarks.md")
+    parser.add_argument("--render-json", default=None,
+                        help="write the section and the plot from a --json file of an earlier run (no new run)")
     a = parser.parse_args(argv)
+    if a.render_json:
+        with open(a.render_json) as f:
+            saved = json.load(f)
+        summary = summarize(saved["result"])
+        plot(summary)
+        _report.update_section(DOC, SECTION, render(saved["result"], summary, saved.get("command", "(see --json)")))
+        return saved["result"], summary
     shapes = [tuple(int(x) for x in s.split("x")) for s in a.shapes]
     result = run(shapes, max_new_tokens=a.max_new_tokens, repeats=a.repeats, engines_n=a.engines, dp=a.dp,
                  seed=a.seed, tokenizer_path=a.tokenizer or default_tokenizer(), settings=a.settings,
                  warmup=not a.no_warmup)
     summary = summarize(result)
+    command = ("python benchmarks/cluster_scale.py " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"result": result, "summary": summary}, f, indent=1, default=str)
+            json.dump({"result": result, "summary": summary, "command": command}, f, indent=1, default=str)
     if not a.no_write:
         plot(summary)
-        command = "python benchmarks/cluster_scale.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        _report.update_section(DOC, SECTION, render(result, summary, command.strip()))
+        _report.update_section(DOC, SECTION, render(result, summary, command))
     for m in summary:
         print(json.dumps({k: v for k, v in m.items() if k != "load"}, default=str))
     return result, summary

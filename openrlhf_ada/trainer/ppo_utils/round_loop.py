@@ -4,7 +4,8 @@
 
     draw       prompts from the data (with --ada.history: planned, a skipped one counted and replaced)
     dispatch   each prompt's next round to the engines (a Ray call per round, or a stream per round)
-    collect    what comes back: a whole round, or one streamed sample (a lost engine's round runs again)
+    collect    what comes back: a whole round, or one streamed sample, for every one ready at a wait (a lost
+               engine's round runs again)
     decide     per prompt: a done pool is settled, an active one waits for its next round
     release    which next rounds go out now: the ONE place the schedules differ (async at once, sync at the barrier)
     settle     a done prompt: its group selected, dropped, filtered, or held back for failed rewards
