@@ -444,12 +444,19 @@ def summarize(result: dict) -> list:
 
 
 def growth(summary: list, setting: str) -> list:
-    """Exponent of CPU time against generated samples between successive shapes (1: linear; > 1: worse)."""
-    pts = sorted((m["generated"], m["cpu"]) for m in summary if m["setting"] == setting)
-    return [float(np.log(c2 / c1) / np.log(g2 / g1)) for (g1, c1), (g2, c2) in zip(pts, pts[1:]) if g2 > g1]
+    """(from shape, to shape, samples ratio, CPU ratio, exponent) between shapes that differ in prompts only or in n
+    only; the exponent of step CPU time against generated samples: 1 linear, > 1 worse, < 1 better."""
+    rows = {(m["prompts"], m["n"]): m for m in summary if m["setting"] == setting}
+    out = []
+    for (p1, n1), a in sorted(rows.items()):
+        for (p2, n2), b in sorted(rows.items()):
+            if ((p1 == p2 and n2 > n1) or (n1 == n2 and p2 > p1)) and b["generated"] > a["generated"]:
+                g, c = b["generated"] / a["generated"], b["cpu"] / a["cpu"]
+                out.append((f"{p1}x{n1}", f"{p2}x{n2}", g, c, float(np.log(c) / np.log(g))))
+    return out
 
 
-def render(result: dict, summary: list, command: str) -> str:
+def render(result: dict, summary: list, command: str, note: str = "") -> str:
     loads = sorted(float(r["load"][0]) for r in result["rows"])
     lines = [
         "## Cluster scale: the trainer's own work per step, the project against upstream's GRPO",
@@ -514,8 +521,11 @@ def render(result: dict, summary: list, command: str) -> str:
     for name in ("upstream GRPO", "Reinforce-Ada async", "Reinforce-Ada async --ada.cancel"):
         g = growth(summary, name)
         if g:
-            lines.append(f"- Growth of {name}'s step CPU time with generated samples, as exponents between "
-                         f"successive shapes (1 = linear): " + ", ".join(f"{x:.2f}" for x in g) + ".")
+            lines.append(f"- Growth of {name}'s step CPU time (exponent against generated samples; 1 = linear): "
+                         + "; ".join(f"{a} -> {b}: samples x{gs:.1f}, CPU x{cs:.1f}, exponent {e:.2f}"
+                                     for a, b, gs, cs, e in g) + ".")
+    if note:
+        lines += ["", note]
     if os.path.exists(PLOT):
         lines += ["", f"![trainer CPU per step against generated samples](img/{os.path.basename(PLOT)})"]
     return "\n".join(lines)
@@ -562,6 +572,7 @@ def main(argv=None):
     parser.add_argument("--no-warmup", action="store_true", help="skip the unmeasured first step of each setting")
     parser.add_argument("--json", default=None, help="also write the raw rows here")
     parser.add_argument("--no-write", action="store_true", help="do not touch docs/benchmarks.md")
+    parser.add_argument("--note", default="", help="a paragraph added to the section (e.g. what the run predates)")
     parser.add_argument("--render-json", default=None,
                         help="write the section and the plot from a --json file of an earlier run (no new run)")
     a = parser.parse_args(argv)
@@ -570,7 +581,8 @@ def main(argv=None):
             saved = json.load(f)
         summary = summarize(saved["result"])
         plot(summary)
-        _report.update_section(DOC, SECTION, render(saved["result"], summary, saved.get("command", "(see --json)")))
+        _report.update_section(DOC, SECTION, render(saved["result"], summary, saved.get("command", "(see --json)"),
+                                                    a.note))
         return saved["result"], summary
     shapes = [tuple(int(x) for x in s.split("x")) for s in a.shapes]
     result = run(shapes, max_new_tokens=a.max_new_tokens, repeats=a.repeats, engines_n=a.engines, dp=a.dp,
@@ -583,7 +595,7 @@ def main(argv=None):
             json.dump({"result": result, "summary": summary, "command": command}, f, indent=1, default=str)
     if not a.no_write:
         plot(summary)
-        _report.update_section(DOC, SECTION, render(result, summary, command))
+        _report.update_section(DOC, SECTION, render(result, summary, command, a.note))
     for m in summary:
         print(json.dumps({k: v for k, v in m.items() if k != "load"}, default=str))
     return result, summary
