@@ -54,3 +54,61 @@ def test_equal_to_upstreams_loop_within_rounding(batch, length, seed, prefix_mas
     assert ours.dtype == theirs.dtype == dtype
     scale = rewards.abs().sum(-1, keepdim=True).clamp(min=1.0)  # rounding grows with the summed magnitude
     assert ((ours - theirs).abs() <= 1e-6 * scale).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(batch=st.integers(1, 6), length=st.integers(1, 300), seed=st.integers(0, 2**31 - 1),
+       dtype=st.sampled_from([torch.float32, torch.float64]))
+def test_one_reward_per_row_is_bit_for_bit_upstreams_loop(batch, length, seed, dtype):
+    """An outcome reward at one random position of each row (some rows none, some negative), random masks: every
+    return is that reward or zero, so the cumulative sum equals upstream's loop exactly, not just within rounding."""
+    from openrlhf_ada.algorithms.returns import exact_undiscounted_returns, one_reward_per_row
+
+    g = torch.Generator().manual_seed(seed)
+    rewards = torch.zeros(batch, length, dtype=dtype)
+    positions = torch.randint(0, length, (batch,), generator=g)
+    values = torch.randn(batch, generator=g, dtype=torch.float64).to(dtype) * 3
+    values[torch.rand(batch, generator=g) < 0.2] = 0.0
+    rewards[torch.arange(batch), positions] = values
+    mask = torch.rand(batch, length, generator=g) < 0.8
+    assert one_reward_per_row(rewards, mask)
+    ours = exact_undiscounted_returns(rewards, mask)
+    assert torch.equal(ours, upstream_returns(rewards, mask))
+    if length >= 2:  # a second nonzero reward in a row: no longer exact, so not taken
+        rewards[0, positions[0]] = 1.0
+        rewards[0, (positions[0] + 1) % length] = 0.5
+        mask[0] = True
+        assert not one_reward_per_row(rewards, mask) and exact_undiscounted_returns(rewards, mask) is None
+
+
+def test_the_experience_maker_skips_upstreams_loop_only_where_the_sum_is_exact(monkeypatch):
+    """With the project's features off, the maker's returns are upstream's: by the cumulative sum for outcome rewards
+    without KL (no call of upstream's loop), by the loop itself when the KL term makes every token's reward nonzero."""
+    from types import SimpleNamespace
+
+    from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
+
+    from openrlhf_ada.cli.train_ppo_ray import parse_args
+    from openrlhf_ada.trainer.ppo_utils.experience_maker import AdoraPoolExperienceMaker
+
+    args = parse_args(["--actor.model_name_or_path", "m", "--reward.remote_url", "http://localhost:5000/get_reward",
+                       "--rollout.n_samples_per_prompt", "4", "--algo.advantage.estimator", "group_norm"])
+    maker = AdoraPoolExperienceMaker(None, None, None, None, FixedKLController(0.0), SimpleNamespace(args=args), None)
+    loops = []
+    original = RemoteExperienceMaker.get_cumulative_returns
+
+    def counted(self, *a):
+        loops.append(1)
+        return original(self, *a)
+
+    monkeypatch.setattr(RemoteExperienceMaker, "get_cumulative_returns", counted)
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]], dtype=torch.bool)
+    outcome = torch.tensor([[0.0, 0.0, -0.5, 0.0], [0.0, 0.0, 0.0, 1.5]])
+    assert torch.equal(maker.get_cumulative_returns(outcome, mask, 1.0),
+                       torch.tensor([[-0.5, -0.5, -0.5, 0.0], [1.5, 1.5, 1.5, 1.5]]))
+    assert loops == []
+    with_kl = outcome - 0.01
+    assert torch.equal(maker.get_cumulative_returns(with_kl, mask, 1.0), original(None, with_kl, mask, 1.0))
+    assert loops == [1]
+    maker.get_cumulative_returns(outcome, mask, 0.9)  # discounted (reinforce): upstream's loop
+    assert loops == [1, 1]

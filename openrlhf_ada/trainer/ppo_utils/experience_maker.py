@@ -1,7 +1,10 @@
 """`AdoraPoolExperienceMaker`: upstream's RemoteExperienceMaker with ADORA weights and the Reinforce-Ada pool baseline.
 
-Only `compute_advantages_and_returns` changes:
-- neither feature active at this step: upstream's method, untouched (bit-for-bit);
+Only `compute_advantages_and_returns` changes (and upstream's per-token return loop, where a faster sum is exact):
+- neither feature active at this step: upstream's method (bit-for-bit). At gamma = 1 its return loop over the
+  response positions (one small tensor operation per token: seconds per step at 4k-token answers) becomes one
+  reverse cumulative sum where that gives the very same values, i.e. when every row holds at most one nonzero token
+  reward (outcome rewards without a KL term in the reward; algorithms/returns.py); otherwise the loop runs;
 - `--ada.enable --ada.baseline pool` with rloo / reinforce_baseline / dr_grpo / group_norm: the group baseline uses
   the per-prompt pool statistics that RoundsSamplesGenerator put into each sample's `info` (ada_pool_count / _mean /
   _std) instead of the kept group's; everything around it (length penalties, KL reward, clipping, returns, global
@@ -36,7 +39,7 @@ from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
 from openrlhf_ada.algorithms.adora import adora_metrics, group_stats, in_schedule, load_weight_func, sample_weights
 from openrlhf_ada.algorithms.baselines import GROUP_BASELINE_ESTIMATORS, pool_baseline
 from openrlhf_ada.algorithms.estimate import group_index, prompt_weights, ragged_baseline
-from openrlhf_ada.algorithms.returns import undiscounted_returns
+from openrlhf_ada.algorithms.returns import exact_undiscounted_returns, undiscounted_returns
 from openrlhf_ada.args import ada_config, adora_config
 
 POOL_KEYS = ("ada_pool_count", "ada_pool_mean", "ada_pool_std")
@@ -98,6 +101,14 @@ class AdoraPoolExperienceMaker(RemoteExperienceMaker):
             for key in PER_PROMPT_KEYS:
                 e.info.pop(key, None)
         return experiences
+
+    def get_cumulative_returns(self, rewards: torch.Tensor, action_mask: torch.Tensor, gamma: float):
+        """Upstream's returns; at gamma = 1 with one nonzero reward per row, by one cumulative sum (the same values)."""
+        if gamma == 1.0:
+            returns = exact_undiscounted_returns(rewards, action_mask)
+            if returns is not None:
+                return returns
+        return super().get_cumulative_returns(rewards, action_mask, gamma)
 
     def _advantages(self, experiences: List[Experience]) -> List[Experience]:
         if self.est:

@@ -4,7 +4,8 @@
 
     draw       prompts from the data (with --ada.history: planned, a skipped one counted and replaced)
     dispatch   each prompt's next round to the engines (a Ray call per round, or a stream per round)
-    collect    what comes back: a whole round, or one streamed sample (a lost engine's round runs again)
+    collect    what comes back: a whole round, or one streamed sample, for every one ready at a wait (a lost
+               engine's round runs again)
     decide     per prompt: a done pool is settled, an active one waits for its next round
     release    which next rounds go out now: the ONE place the schedules differ (async at once, sync at the barrier)
     settle     a done prompt: its group selected, dropped, filtered, or held back for failed rewards
@@ -191,7 +192,7 @@ class RoundStep:
         watch = StallWatch(self.gen.fault, self.gen.vllm_engines)  # progress: a rollout back, or a token anywhere
         try:
             while self.pending:
-                ready, _ = ray.wait(list(self.pending), num_returns=1, timeout=watch.interval)
+                ready = self.wait_ready(watch.interval)
                 if not ready:
                     self.gen._check_stalled(watch, len(self.pending))
                 for ref in ready:
@@ -209,6 +210,15 @@ class RoundStep:
         self.pbar.close()
         metrics = self.metrics()
         return self.build(metrics), self.prompts_consumed, self.exhausted
+
+    def wait_ready(self, timeout: float) -> list:
+        """Every round (or stream) with something ready now, in one call; only when none is, wait up to `timeout`
+        for the first. (One sample per wait would make the waits grow as samples x open streams.)"""
+        refs = list(self.pending)
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        if not ready:
+            ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
+        return ready
 
     # -- draw ---------------------------------------------------------------------------------------------------
     def draw(self, count: int) -> List[ActivePrompt]:
@@ -381,6 +391,8 @@ class RoundStep:
         kept = [item.pool.items[i] for i in item.pool.select()]
         if not kept and self.est:
             self.est_sizes.append(item.pool.config.n)
+        # only the kept samples live on (in `accepted`, then the trained batch); the pool keeps its statistics
+        item.pool.items = [None] * len(item.pool.items)
         if not kept:
             if item.pool.outcome == "failed":  # too few samples with a reward to form a group
                 self.lost_to_failures += 1
@@ -496,6 +508,7 @@ class _StreamingEngine:
     that starts a stream."""
 
     def __init__(self, engine, items: Iterator[ActivePrompt], run: str):
+        self.actor = engine  # what tokenizer_shipping.is_remote_engine looks at
         self.get_num_unfinished_requests = engine.get_num_unfinished_requests
         self.generate_responses = _StreamStarter(engine, items, run)
 

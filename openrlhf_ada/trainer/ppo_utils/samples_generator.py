@@ -40,6 +40,7 @@ from openrlhf_ada.trainer.ppo_utils.round_loop import RoundStep
 from openrlhf_ada.trainer.ppo_utils.sample_failures import reward_failed
 from openrlhf_ada.trainer.ppo_utils.stall_watch import StallWatch
 from openrlhf_ada.trainer.ray.engine_health import check_streaming_engines, lost_engines_message, probe_engines
+from openrlhf_ada.trainer.ray.tokenizer_shipping import ShippingEngine, TokenizerHandle, is_remote_engine
 
 logger = init_logger(__name__)
 
@@ -96,7 +97,10 @@ class RoundsSamplesGenerator(SamplesGenerator):
         self._epoch_pending = False  # a fresh iterator: its first prompt starts the next epoch
         self._resume_in_epoch = False  # after load_state_dict: the next iterator continues the saved epoch
         self._skipped_carry = 0  # prompts skipped by a call that found no prompt left to sample
-        self.last_pools: List[PromptPool] = []  # the pools of the last training step (benchmarks, tests)
+        # the pools of the last training step (benchmarks, tests, metrics): statistics only, their samples released
+        # when each prompt was settled (the step's trained samples are what generate_samples returned)
+        self.last_pools: List[PromptPool] = []
+        self._tokenizer_handle: Optional[TokenizerHandle] = None  # the tokenizer in Ray's object store, put once
         if self.ada is not None and self.ada.cancel:
             check_streaming_engines(self.vllm_engines)
 
@@ -221,6 +225,20 @@ class RoundsSamplesGenerator(SamplesGenerator):
                            f"{self.args.reward.remote_url}; their {failed_prompts} prompts are left out of the eval "
                            f"metrics, which describe the other {len(kept) // n} prompts")
         return kept
+
+    def _dispatch_prompts_to_vllm(self, prompts, labels, *, images=None, **generate_kwargs):
+        """Upstream's dispatch, with the tokenizer shipped to each engine process once (tokenizer_shipping.py)
+        instead of pickled into every request."""
+        engines = self.vllm_engines
+        if not any(is_remote_engine(e) for e in engines):
+            return super()._dispatch_prompts_to_vllm(prompts, labels, images=images, **generate_kwargs)
+        if self._tokenizer_handle is None:
+            self._tokenizer_handle = TokenizerHandle(self.tokenizer)
+        self.vllm_engines = [ShippingEngine(e, self._tokenizer_handle) if is_remote_engine(e) else e for e in engines]
+        try:
+            return super()._dispatch_prompts_to_vllm(prompts, labels, images=images, **generate_kwargs)
+        finally:
+            self.vllm_engines = engines
 
     def _generate_vllm(
         self, dataloader_iter, num_prompts: int, dynamic_filtering, **generate_kwargs

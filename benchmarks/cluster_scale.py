@@ -1,0 +1,605 @@
+"""One training step's trainer-side work at cluster shape: the project's samples generator, pools and experience
+maker against upstream's own GRPO path, with generation answered at once by stand-in engines.
+
+What runs for real, in this process (the trainer, as in the cluster launchers): the samples generator
+(upstream's `SamplesGenerator`, or the project's `RoundsSamplesGenerator` with its round loop, pools and dispatch),
+upstream's `_process_response_into_experience`, `split_rollout_samples` (`Experience.concat_experiences`), the
+advantage step (upstream's `RemoteExperienceMaker` or the project's `AdoraPoolExperienceMaker`), the shipment of each
+data-parallel rank's share (`ray.put`, as `async_run_method_batch` does) and the replay buffer's append path
+(`split_experience_batch` + `remove_padding_in_sequences`, which upstream runs in the training actors).
+
+The one stand-in: `InstantEngine`, a Ray actor with the engines' remote interface (`generate_responses`,
+`generate_stream`, `cancel_stream`, `get_num_unfinished_requests`) that answers at once with upstream's response
+dicts: random token ids of natural lengths (log-normal, median a third of --max-new-tokens, cut there and marked
+truncated), log-probs for every token, and rewards drawn from each prompt's pass rate (a seeded mix: 25% p = 0,
+15% p = 1, 60% p ~ uniform(0, 1)). There is no model forward either: the action log-probs are the rollout's and the
+KL is zero (what upstream's `make_experience` attaches without a reference model). The reward guard runs in the
+engines, not in the trainer, and is not part of what is measured. Cancelling (--ada.cancel) stops nothing here (the
+answers are all there at once): what it costs the trainer is measured, not what it saves the engines.
+
+Measured per step, in the trainer process only: wall and CPU time (time.process_time, every thread), the peak RSS
+above the step's start (VmHWM, reset per step), the tensor bytes the generator still holds after the step (the
+trained batch handed on and dropped), bytes sent to the engines (requests) and back (responses, sized in the
+engines), and Ray calls (`.remote` on the engines by method, `ray.wait`, `ray.get`, `ray.put`). Each as a ratio to
+upstream's GRPO path per generated sample, with an A/A control (a second instance of upstream's path). Settings run
+in rotating order, `--repeats` times per shape; the median and the range are reported.
+
+    python benchmarks/cluster_scale.py                                  # the documented run (docs/benchmarks.md)
+    python benchmarks/cluster_scale.py --shapes 8x4 --max-new-tokens 64 --repeats 1 --no-write   # seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import pickle
+import statistics
+import sys
+import time
+import types
+import zlib
+from types import SimpleNamespace
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _report  # noqa: E402
+
+from openrlhf_ada.cpu_compat import use_cpu_mode_without_cuda  # noqa: E402
+
+use_cpu_mode_without_cuda()  # before anything imports openrlhf: on a machine without CUDA, the CPU mode
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOC = os.path.join(ROOT, "docs", "benchmarks.md")
+PLOT = os.path.join(ROOT, "docs", "img", "cluster_scale.png")
+SECTION = "cluster_scale"
+PROMPT_TOKENS = 512
+
+SETTINGS = {  # name -> (path, extra flags)
+    "upstream GRPO": ("upstream", []),
+    "upstream GRPO (A/A)": ("upstream", []),
+    "project GRPO (fixed n)": ("project", []),
+    "Reinforce-Ada async": ("project", ["--ada.enable"]),
+    "Reinforce-Ada sync": ("project", ["--ada.enable", "--ada.schedule", "sync"]),
+    "Reinforce-Ada async --ada.cancel": ("project", ["--ada.enable", "--ada.cancel"]),
+}
+BASE = "upstream GRPO"
+
+
+def pass_rate(seed: int, index: int) -> float:
+    rng = np.random.default_rng([seed, index])
+    u = rng.random()
+    return 0.0 if u < 0.25 else 1.0 if u < 0.40 else float(rng.random())
+
+
+# -- the stand-in engine -----------------------------------------------------------------------------------------
+def _engine_class():
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class InstantEngine:
+        """The engines' remote interface, answering at once with upstream's response dicts (module docstring)."""
+
+        def __init__(self, seed: int, vocab: int):
+            self.seed, self.vocab = seed, vocab
+            self.calls = 0
+            self.stats = {"requests": 0, "samples": 0, "bytes_out": 0, "tokenizers": 0}
+
+        def _sample(self, rng, prompt: str, label: str, max_tokens: int):
+            p = float(label)
+            median = max(8, max_tokens // 3)
+            length = int(min(max_tokens, max(8, rng.lognormal(np.log(median), 0.6))))
+            ids = rng.integers(0, self.vocab, PROMPT_TOKENS + length)
+            logps = -rng.exponential(0.7, PROMPT_TOKENS + length)
+            reward = float(rng.random() < p)
+            return {"prompt": prompt, "label": label, "observation_tokens": ids.tolist(),
+                    "action_ranges": [(PROMPT_TOKENS, PROMPT_TOKENS + length)], "reward": reward, "scores": reward,
+                    "rollout_log_probs": logps.tolist(), "truncated": length >= max_tokens, "extra_logs": {}}
+
+        def _start(self, prompt, label, sampling_params, hf_tokenizer, count):
+            if not getattr(hf_tokenizer, "_instant_engine_seen", False):  # a tokenizer unpickled for this call
+                self.stats["tokenizers"] += 1
+                try:
+                    hf_tokenizer._instant_engine_seen = True
+                except AttributeError:
+                    pass
+            self.calls += 1
+            self.stats["requests"] += 1
+            self.stats["samples"] += count
+            rng = np.random.default_rng([self.seed, zlib.crc32(prompt.encode()), self.calls])
+            return rng, int(sampling_params.max_tokens)
+
+        def _sized(self, out: list) -> list:
+            if out:  # one sample pickled, times the count: the responses are alike in size
+                self.stats["bytes_out"] += len(pickle.dumps(out[0], protocol=5)) * len(out)
+            return out
+
+        def get_num_unfinished_requests(self) -> int:
+            return 0
+
+        async def generate_responses(self, prompt, label, sampling_params, max_length, hf_tokenizer,
+                                     num_samples=1, images=None):
+            rng, max_tokens = self._start(prompt, label, sampling_params, hf_tokenizer, num_samples)
+            return self._sized([self._sample(rng, prompt, label, max_tokens) for _ in range(num_samples)])
+
+        async def generate_stream(self, group_id, prompt, label, sampling_params, max_length, hf_tokenizer,
+                                  indices, images=None):
+            rng, max_tokens = self._start(prompt, label, sampling_params, hf_tokenizer, len(indices))
+            for index in indices:
+                (response,) = self._sized([self._sample(rng, prompt, label, max_tokens)])
+                yield {"index": int(index), "response": response}
+            yield {"end": True, "cancelled": 0, "cancelled_tokens": 0}
+
+        async def cancel_stream(self, group_id) -> int:
+            return 0
+
+        async def check_health(self) -> None:
+            return None
+
+        async def reseed(self, epoch: int) -> None:
+            return None
+
+        def take_stats(self) -> dict:
+            out, self.stats = self.stats, {k: 0 for k in self.stats}
+            return out
+
+    return InstantEngine
+
+
+# -- counting what the trainer sends ------------------------------------------------------------------------------
+class Counter:
+    def __init__(self):
+        self.calls: dict = {}
+        self.bytes_in = 0
+        self.sizing_cpu = self.sizing_wall = 0.0
+        self.known_sizes: dict = {}  # id -> pickled size of objects sent again and again (the tokenizer)
+
+    def size(self, args, kwargs) -> int:
+        w, c = time.perf_counter(), time.process_time()
+        total = 0
+        for value in list(args) + list(kwargs.values()):
+            known = self.known_sizes.get(id(value))
+            total += known if known is not None else len(pickle.dumps(value, protocol=5))
+        self.sizing_wall += time.perf_counter() - w
+        self.sizing_cpu += time.process_time() - c
+        return total
+
+
+class CountingMethod:
+    def __init__(self, method, name: str, counter: Counter):
+        self.method, self.name, self.counter = method, name, counter
+
+    def remote(self, *args, **kwargs):
+        self.counter.calls[self.name] = self.counter.calls.get(self.name, 0) + 1
+        self.counter.bytes_in += self.counter.size(args, kwargs)
+        return self.method.remote(*args, **kwargs)
+
+
+class CountingEngine:
+    """An engine handle whose calls are counted and sized; `actor` names the Ray actor behind it."""
+
+    def __init__(self, actor, counter: Counter):
+        self.actor = actor
+        for name in ("get_num_unfinished_requests", "generate_responses", "generate_stream", "cancel_stream",
+                     "check_health", "reseed"):
+            setattr(self, name, CountingMethod(getattr(actor, name), name, counter))
+
+    def __getattr__(self, name):  # anything else (e.g. token counters the stand-in lacks) as the actor has it
+        return getattr(self.__dict__["actor"], name)
+
+
+def count_ray_functions(counter: Counter):
+    """Count ray.wait / ray.get / ray.put of both paths (they call them through the `ray` module)."""
+    import ray
+
+    for name in ("wait", "get", "put"):
+        original = getattr(ray, name)
+
+        def counted(*args, _original=original, _name=name, **kwargs):
+            counter.calls[f"ray.{_name}"] = counter.calls.get(f"ray.{_name}", 0) + 1
+            return _original(*args, **kwargs)
+
+        setattr(ray, name, counted)
+
+
+# -- memory -------------------------------------------------------------------------------------------------------
+def rss_kb(field: str = "VmRSS") -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def reset_peak() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def held_tensor_bytes(root) -> int:
+    """Bytes of the tensor storages reachable from `root` through instances and containers (not modules, classes or
+    functions, which reach everything)."""
+    import torch
+
+    skip = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
+    seen, stack, storages = {id(root)}, [root], {}
+    while stack:
+        obj = stack.pop()
+        if isinstance(obj, torch.Tensor):
+            storage = obj.untyped_storage()
+            storages[storage.data_ptr()] = storage.nbytes()
+            continue
+        for ref in gc.get_referents(obj):
+            if id(ref) not in seen and not isinstance(ref, skip):
+                seen.add(id(ref))
+                stack.append(ref)
+    return sum(storages.values())
+
+
+# -- one setting --------------------------------------------------------------------------------------------------
+def build(name: str, prompts: int, n: int, engines: list, tokenizer, seed: int, dp: int):
+    from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
+    from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
+    from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
+
+    from openrlhf_ada.cli.train_ppo_ray import parse_args
+    from openrlhf_ada.trainer.ppo_utils.experience_maker import AdoraPoolExperienceMaker
+    from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
+
+    path, flags = SETTINGS[name]
+    args = parse_args([
+        "--actor.model_name_or_path", "m", "--reward.remote_url", "http://localhost:5000/get_reward",
+        "--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt", str(n),
+        "--rollout.batch_size", str(prompts), "--rollout.micro_batch_size", "8",
+        "--actor.num_gpus_per_node", str(dp), "--train.seed", str(seed), *flags,
+    ])
+    loader = [([i], [f"prompt {i:05d} " + "x" * 200], [f"{pass_rate(seed, i):.4f}"], [None])
+              for i in range(prompts)]
+    strategy = SimpleNamespace(args=args)
+    kwargs = dict(strategy=strategy, prompts_dataloader=loader, eval_dataloader=None, tokenizer=tokenizer,
+                  vllm_engines=list(engines))
+    if path == "upstream":
+        gen = SamplesGenerator(**kwargs)
+        maker = RemoteExperienceMaker(None, None, None, None, FixedKLController(0.0), strategy, tokenizer)
+    else:
+        gen = RoundsSamplesGenerator(**kwargs)
+        maker = AdoraPoolExperienceMaker(None, None, None, None, FixedKLController(0.0), strategy, tokenizer)
+    return gen, maker
+
+
+def trainer_step(gen, maker, dp: int, max_new_tokens: int) -> dict:
+    """generate -> micro-batches -> (no model forward) -> advantages -> each rank's share shipped -> buffer items."""
+    import ray
+    import torch
+    from openrlhf.trainer.ppo_utils.experience import remove_padding_in_sequences, split_experience_batch
+
+    generate_kwargs = dict(max_len=PROMPT_TOKENS + max_new_tokens, max_new_tokens=max_new_tokens, min_new_tokens=1,
+                           temperature=1.0, top_p=1.0)
+    gen._dataloader_iter = None  # one pass over the prompts is one step
+    phases = {}
+    t = time.perf_counter()
+    samples, _, _, _ = gen.generate_samples(**generate_kwargs)
+    phases["generate"] = time.perf_counter() - t
+    generated = int(gen.last_metrics.get("ada/samples_generated", len(samples))) \
+        if hasattr(gen, "last_metrics") else len(samples)
+    trained_bytes = sum(t.untyped_storage().nbytes() for e in samples
+                        for t in (e.sequences, e.attention_mask, e.action_mask, e.rollout_log_probs) if t is not None)
+    t = time.perf_counter()
+    batches = maker.split_rollout_samples(samples)
+    for b in batches:  # what make_experience attaches without a reference model; no forward pass
+        b.action_log_probs = b.rollout_log_probs.float()
+        b.base_action_log_probs, b.values = None, None
+        b.kl = torch.zeros_like(b.action_log_probs)
+        b.info["kl"] = torch.zeros(len(b.sequences))
+    phases["micro_batches"] = time.perf_counter() - t
+    t = time.perf_counter()
+    batches = maker.compute_advantages_and_returns(batches)
+    phases["advantages"] = time.perf_counter() - t
+    t = time.perf_counter()
+    refs = [ray.put(batches[r::dp]) for r in range(dp)]
+    phases["ship"] = time.perf_counter() - t
+    t = time.perf_counter()
+    items = [item for b in batches for item in remove_padding_in_sequences(split_experience_batch(b))]
+    phases["buffer"] = time.perf_counter() - t
+    out = {"trained": len(samples), "generated": generated, "trained_bytes": trained_bytes, "phases": phases,
+           "buffer_items": len(items)}
+    del samples, batches, refs, items
+    return out
+
+
+def measure(name, gen, maker, engines, counter: Counter, dp: int, max_new_tokens: int) -> dict:
+    import ray
+
+    gc.collect()
+    for e in engines:
+        ray.get(e.actor.take_stats.remote())
+    counter.calls, counter.bytes_in = {}, 0
+    counter.sizing_cpu = counter.sizing_wall = 0.0
+    rss0 = rss_kb()
+    peak_ok = reset_peak()
+    wall, cpu = time.perf_counter(), time.process_time()
+    step = trainer_step(gen, maker, dp, max_new_tokens)
+    wall = time.perf_counter() - wall - counter.sizing_wall
+    cpu = time.process_time() - cpu - counter.sizing_cpu
+    peak = rss_kb("VmHWM") - rss0 if peak_ok else None
+    gc.collect()
+    calls = dict(counter.calls)
+    engine_stats = [ray.get(e.actor.take_stats.remote()) for e in engines]
+    return {
+        "setting": name, "wall": wall, "cpu": cpu, **step,
+        "peak_rss_mb": peak / 1024 if peak is not None else None,
+        "retained_rss_mb": (rss_kb() - rss0) / 1024,
+        "held_by_generator_mb": held_tensor_bytes(gen) / 2**20,
+        "bytes_to_engines": counter.bytes_in,
+        "bytes_from_engines": sum(s["bytes_out"] for s in engine_stats),
+        "tokenizers_unpickled": sum(s["tokenizers"] for s in engine_stats),
+        "requests": sum(s["requests"] for s in engine_stats),
+        "engine_samples": sum(s["samples"] for s in engine_stats),
+        "ray_calls": calls, "ray_calls_total": sum(calls.values()),
+        "load": open("/proc/loadavg").read().split()[:3],
+    }
+
+
+def run(shapes, *, max_new_tokens: int, repeats: int, engines_n: int, dp: int, seed: int, tokenizer_path: str,
+        settings=None, warmup: bool = True) -> dict:
+    import ray
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+    owns_ray = not ray.is_initialized()
+    if owns_ray:
+        from openrlhf_ada.cpu_compat import RAY_RUNTIME_ENV
+
+        ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, runtime_env=RAY_RUNTIME_ENV,
+                 log_to_driver=False)
+    counter = Counter()
+    counter.known_sizes[id(tokenizer)] = len(pickle.dumps(tokenizer, protocol=5))
+    count_ray_functions(counter)
+    InstantEngine = _engine_class()
+    actors = [InstantEngine.remote(seed + i, len(tokenizer)) for i in range(engines_n)]
+    ray.get([a.get_num_unfinished_requests.remote() for a in actors])
+    engines = [CountingEngine(a, counter) for a in actors]
+    names = list(settings or SETTINGS)
+    rows = []
+    try:
+        for prompts, n in shapes:
+            built = {name: build(name, prompts, n, engines, tokenizer, seed, dp) for name in names}
+            if warmup and not rows:  # Ray's workers, imports and first-call paths warmed up, not measured
+                for name in names:
+                    measure(name, *built[name], engines, counter, dp, max_new_tokens)
+            for rep in range(repeats):
+                order = names[rep % len(names):] + names[:rep % len(names)]
+                for name in order:
+                    gen, maker = built[name]
+                    row = measure(name, gen, maker, engines, counter, dp, max_new_tokens)
+                    row.update(prompts=prompts, n=n, repeat=rep, max_new_tokens=max_new_tokens)
+                    rows.append(row)
+                    print(f"{prompts}x{n} rep {rep} {name}: {row['generated']} generated, cpu {row['cpu']:.2f}s "
+                          f"wall {row['wall']:.2f}s peak {row['peak_rss_mb']} MB calls {row['ray_calls_total']} "
+                          f"load {row['load']}", flush=True)
+            del built
+            gc.collect()
+    finally:
+        for a in actors:
+            ray.kill(a)
+        if owns_ray:
+            ray.shutdown()
+    return {"rows": rows, "tokenizer": os.path.basename(tokenizer_path.rstrip("/")),
+            "tokenizer_bytes": counter.known_sizes[id(tokenizer)], "engines": engines_n, "dp": dp,
+            "max_new_tokens": max_new_tokens, "repeats": repeats}
+
+
+# -- summary ------------------------------------------------------------------------------------------------------
+def summarize(result: dict) -> list:
+    """Per shape and setting: medians over repeats, per generated sample, and ratios to upstream GRPO's medians."""
+    out = []
+    rows = result["rows"]
+    for shape in sorted({(r["prompts"], r["n"]) for r in rows}):
+        here = [r for r in rows if (r["prompts"], r["n"]) == shape]
+        med = {}
+        for name in dict.fromkeys(r["setting"] for r in here):
+            rs = [r for r in here if r["setting"] == name]
+            per_sample_cpu = [r["cpu"] / r["generated"] for r in rs]
+            per_sample_wall = [r["wall"] / r["generated"] for r in rs]
+            med[name] = {
+                "setting": name, "prompts": shape[0], "n": shape[1],
+                "generated": statistics.median(r["generated"] for r in rs),
+                "trained": statistics.median(r["trained"] for r in rs),
+                "cpu": statistics.median(r["cpu"] for r in rs), "wall": statistics.median(r["wall"] for r in rs),
+                "cpu_per_sample_ms": 1e3 * statistics.median(per_sample_cpu),
+                "cpu_per_sample_range_ms": (1e3 * min(per_sample_cpu), 1e3 * max(per_sample_cpu)),
+                "wall_per_sample_ms": 1e3 * statistics.median(per_sample_wall),
+                "peak_rss_mb": statistics.median(r["peak_rss_mb"] or 0 for r in rs),
+                "trained_mb": statistics.median(r["trained_bytes"] for r in rs) / 2**20,
+                "held_by_generator_mb": max(r["held_by_generator_mb"] for r in rs),
+                "retained_rss_mb": statistics.median(r["retained_rss_mb"] for r in rs),
+                "bytes_to_engines_per_sample": statistics.median(r["bytes_to_engines"] / r["generated"] for r in rs),
+                "bytes_from_engines_per_sample": statistics.median(r["bytes_from_engines"] / r["generated"]
+                                                                   for r in rs),
+                "tokenizers_unpickled": statistics.median(r["tokenizers_unpickled"] for r in rs),
+                "ray_calls": statistics.median(r["ray_calls_total"] for r in rs),
+                "ray_calls_per_sample": statistics.median(r["ray_calls_total"] / r["generated"] for r in rs),
+                "waits": statistics.median(r["ray_calls"].get("ray.wait", 0) for r in rs),
+                "advantages_s": statistics.median(r["phases"]["advantages"] for r in rs),
+                "load": [r["load"][0] for r in rs],
+            }
+        base = med.get(BASE)
+        for m in med.values():
+            if base:
+                m["cpu_ratio"] = m["cpu_per_sample_ms"] / base["cpu_per_sample_ms"]
+                m["wall_ratio"] = m["wall_per_sample_ms"] / base["wall_per_sample_ms"]
+                m["peak_ratio_per_sample"] = ((m["peak_rss_mb"] / m["generated"]) /
+                                              (base["peak_rss_mb"] / base["generated"])
+                                              if base["peak_rss_mb"] else None)
+                m["calls_ratio_per_sample"] = m["ray_calls_per_sample"] / base["ray_calls_per_sample"]
+                m["bytes_to_ratio_per_sample"] = m["bytes_to_engines_per_sample"] / base["bytes_to_engines_per_sample"]
+            out.append(m)
+    return out
+
+
+def growth(summary: list, setting: str) -> list:
+    """(from shape, to shape, samples ratio, CPU ratio, exponent) between shapes that differ in prompts only or in n
+    only; the exponent of step CPU time against generated samples: 1 linear, > 1 worse, < 1 better."""
+    rows = {(m["prompts"], m["n"]): m for m in summary if m["setting"] == setting}
+    out = []
+    for (p1, n1), a in sorted(rows.items()):
+        for (p2, n2), b in sorted(rows.items()):
+            if ((p1 == p2 and n2 > n1) or (n1 == n2 and p2 > p1)) and b["generated"] > a["generated"]:
+                g, c = b["generated"] / a["generated"], b["cpu"] / a["cpu"]
+                out.append((f"{p1}x{n1}", f"{p2}x{n2}", g, c, float(np.log(c) / np.log(g))))
+    return out
+
+
+def render(result: dict, summary: list, command: str, note: str = "") -> str:
+    loads = sorted(float(r["load"][0]) for r in result["rows"])
+    lines = [
+        "## Cluster scale: the trainer's own work per step, the project against upstream's GRPO",
+        "",
+        f"Written by `benchmarks/cluster_scale.py`: `{command}`. Machine: {_report.machine()}. Load average (1 min) "
+        f"during the steps: {loads[0]:.2f}-{loads[-1]:.2f} (median {statistics.median(loads):.2f}); the machine is "
+        "shared, so times are noisy; counts, bytes and memory do not depend on load.",
+        "",
+        "**The one stand-in: generation.** Engines are `InstantEngine` actors with the engines' remote interface that "
+        "answer at once with upstream's response dicts (token ids and log-probs of natural lengths up to "
+        f"{result['max_new_tokens']} new tokens after a {PROMPT_TOKENS}-token prompt; rewards from a seeded pass-rate "
+        "mix). Everything the trainer does runs for real: samples generator, pools, round loop, dispatch, "
+        "`Experience` building, micro-batches, advantages, each rank's share put into the object store, and the "
+        "replay buffer's split. No model forward. "
+        f"{result['engines']} engines, {result['dp']} data-parallel ranks, tokenizer {result['tokenizer']} "
+        f"({result['tokenizer_bytes'] / 1e6:.2f} MB pickled); {result['repeats']} repeats in rotating order.",
+        "",
+        "Per generated sample; ratios are to upstream GRPO's median at the same shape (the A/A row is a second "
+        "instance of upstream's path: its distance from 1.00 is the noise).",
+        "",
+        "Columns: CPU and wall are the trainer process's, per generated sample, median over repeats [range]; RSS "
+        "growth = the step's peak RSS above its start (memory freed by earlier steps is reused first, so a lower "
+        "bound of the step's peak); trained MB = the tensors of the trained batch; held after step = tensor bytes "
+        "the samples generator still reaches once the trained batch is handed on; bytes to engines = request "
+        "arguments as pickled (the tokenizer counted at its pickled size each time it is sent); tokenizers unpickled "
+        "= copies the engines materialised in the step; Ray calls = `.remote` on the engines + `ray.wait` + "
+        "`ray.get` + `ray.put`.",
+        "",
+        "| prompts x n | setting | generated | CPU ms/sample [range] | CPU ratio | wall ratio | RSS growth MB | "
+        "trained MB | held after step MB | bytes to engines/sample | tokenizers unpickled | Ray calls/step | "
+        "waits | calls ratio/sample |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for m in summary:
+        lo, hi = m["cpu_per_sample_range_ms"]
+        lines.append(
+            f"| {m['prompts']}x{m['n']} | {m['setting']} | {m['generated']:.0f} | {m['cpu_per_sample_ms']:.3f} "
+            f"[{lo:.3f}-{hi:.3f}] | {m.get('cpu_ratio', float('nan')):.2f} | {m.get('wall_ratio', float('nan')):.2f} "
+            f"| {m['peak_rss_mb']:.0f} | {m['trained_mb']:.0f} | {m['held_by_generator_mb']:.2f} | "
+            f"{m['bytes_to_engines_per_sample']:.0f} | {m['tokenizers_unpickled']:.0f} | {m['ray_calls']:.0f} | "
+            f"{m['waits']:.0f} | {m.get('calls_ratio_per_sample', float('nan')):.2f} |")
+    big = [m for m in summary if m["prompts"] == max(x["prompts"] for x in summary)]
+    ada = [m for m in big if m["setting"].startswith("Reinforce-Ada")]
+    lines += ["", "### Targets", ""]
+    if ada:
+        worst = max(ada, key=lambda m: m.get("cpu_ratio", 0))
+        aa = [m for m in big if m["setting"].endswith("(A/A)")]
+        lines.append(
+            f"- Trainer CPU time per generated sample with Reinforce-Ada at {worst['prompts']} prompts <= 1.1x "
+            f"upstream GRPO: worst setting {worst['setting']} (n = {worst['n']}) at {worst['cpu_ratio']:.2f}x "
+            f"({'met' if worst['cpu_ratio'] <= 1.1 else 'not met'}); A/A control "
+            + ", ".join(f"{m['cpu_ratio']:.2f}x (n = {m['n']})" for m in aa) + ".")
+        grpo = {m["n"]: m for m in big if m["setting"] == "project GRPO (fixed n)"}
+        if grpo:
+            lines.append("- The same against the project's own fixed-n GRPO path (which ships the tokenizer once "
+                         "too), per generated sample: " + ", ".join(
+                             f"{m['setting']} n = {m['n']}: {m['cpu_per_sample_ms'] / grpo[m['n']]['cpu_per_sample_ms']:.2f}x"
+                             for m in ada if m["n"] in grpo) + ".")
+    held = max(m["held_by_generator_mb"] for m in summary)
+    lines.append(f"- Memory held by the samples generator after a step (the trained batch handed on): at most "
+                 f"{held:.2f} MB in every row (the target: nothing beyond the trained batch).")
+    for name in ("upstream GRPO", "Reinforce-Ada async", "Reinforce-Ada async --ada.cancel"):
+        g = growth(summary, name)
+        if g:
+            lines.append(f"- Growth of {name}'s step CPU time (exponent against generated samples; 1 = linear): "
+                         + "; ".join(f"{a} -> {b}: samples x{gs:.1f}, CPU x{cs:.1f}, exponent {e:.2f}"
+                                     for a, b, gs, cs, e in g) + ".")
+    if note:
+        lines += ["", note]
+    if os.path.exists(PLOT):
+        lines += ["", f"![trainer CPU per step against generated samples](img/{os.path.basename(PLOT)})"]
+    return "\n".join(lines)
+
+
+def plot(summary: list) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name in dict.fromkeys(m["setting"] for m in summary):
+        pts = sorted((m["generated"], m["cpu"]) for m in summary if m["setting"] == name)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("generated samples per step")
+    ax.set_ylabel("trainer CPU seconds per step")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    os.makedirs(os.path.dirname(PLOT), exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(PLOT, dpi=110)
+
+
+def default_tokenizer() -> str:
+    from openrlhf_ada.utils.smollm2 import default_cache_root
+
+    return str(default_cache_root() / "smollm2-135m-instruct")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shapes", nargs="+", default=["128x4", "128x32", "512x4"],
+                        help="prompts x n per step, e.g. 512x32")
+    parser.add_argument("--max-new-tokens", type=int, default=4096)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--engines", type=int, default=8)
+    parser.add_argument("--dp", type=int, default=8, help="data-parallel ranks the trained batch is split over")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tokenizer", default=None, help="default: the SmolLM2 checkpoint of `make demo`")
+    parser.add_argument("--settings", nargs="+", default=None, choices=list(SETTINGS))
+    parser.add_argument("--no-warmup", action="store_true", help="skip the unmeasured first step of each setting")
+    parser.add_argument("--json", default=None, help="also write the raw rows here")
+    parser.add_argument("--no-write", action="store_true", help="do not touch docs/benchmarks.md")
+    parser.add_argument("--note", default="", help="a paragraph added to the section (e.g. what the run predates)")
+    parser.add_argument("--render-json", default=None,
+                        help="write the section and the plot from a --json file of an earlier run (no new run)")
+    a = parser.parse_args(argv)
+    if a.render_json:
+        with open(a.render_json) as f:
+            saved = json.load(f)
+        summary = summarize(saved["result"])
+        plot(summary)
+        _report.update_section(DOC, SECTION, render(saved["result"], summary, saved.get("command", "(see --json)"),
+                                                    a.note))
+        return saved["result"], summary
+    shapes = [tuple(int(x) for x in s.split("x")) for s in a.shapes]
+    result = run(shapes, max_new_tokens=a.max_new_tokens, repeats=a.repeats, engines_n=a.engines, dp=a.dp,
+                 seed=a.seed, tokenizer_path=a.tokenizer or default_tokenizer(), settings=a.settings,
+                 warmup=not a.no_warmup)
+    summary = summarize(result)
+    command = ("python benchmarks/cluster_scale.py " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"result": result, "summary": summary, "command": command}, f, indent=1, default=str)
+    if not a.no_write:
+        plot(summary)
+        _report.update_section(DOC, SECTION, render(result, summary, command, a.note))
+    for m in summary:
+        print(json.dumps({k: v for k, v in m.items() if k != "load"}, default=str))
+    return result, summary
+
+
+if __name__ == "__main__":
+    main()

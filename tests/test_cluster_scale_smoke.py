@@ -1,0 +1,71 @@
+"""benchmarks/cluster_scale.py at a tiny shape (4 prompts x n = 4, 32 new tokens, 2 stand-in engines) on a local
+Ray: its rows against counts known by hand and against the engines' own counts. No timing assertions."""
+
+import importlib.util
+import os
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow  # starts Ray and two engine actors
+
+BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+PROMPTS, N, ENGINES = 4, 4, 2
+
+
+def load():
+    name = "_benchmarks_cluster_scale"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, os.path.join(BENCHMARKS, "cluster_scale.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@pytest.fixture(scope="module")
+def result(ray_local, tiny_llama_path):
+    cs = load()
+    return cs, cs.run([(PROMPTS, N)], max_new_tokens=32, repeats=2, engines_n=ENGINES, dp=2, seed=0,
+                      tokenizer_path=tiny_llama_path, warmup=False)
+
+
+def rows(result, setting):
+    return [r for r in result["rows"] if r["setting"] == setting]
+
+
+def test_upstream_ships_the_tokenizer_with_every_request_and_the_project_once_per_engine(result):
+    cs, res = result
+    for r in rows(res, "upstream GRPO") + rows(res, "upstream GRPO (A/A)"):
+        assert r["requests"] == PROMPTS and r["generated"] == r["trained"] == PROMPTS * N == r["engine_samples"]
+        assert r["tokenizers_unpickled"] == PROMPTS  # one copy per request, in the engines
+        assert r["bytes_to_engines"] >= PROMPTS * res["tokenizer_bytes"]
+    for name, (path, _) in cs.SETTINGS.items():
+        if path != "project":
+            continue
+        first, second = rows(res, name)
+        # each engine process unpickles the handle's tokenizer once, on its first request; nothing in later steps
+        assert first["tokenizers_unpickled"] <= ENGINES and second["tokenizers_unpickled"] == 0, name
+        assert second["bytes_to_engines"] < res["tokenizer_bytes"], name
+
+
+def test_every_setting_trains_n_per_prompt_and_keeps_nothing_after_the_step(result):
+    cs, res = result
+    for r in res["rows"]:
+        assert r["trained"] == PROMPTS * N and r["buffer_items"] == PROMPTS * N, r["setting"]
+        assert r["generated"] == r["engine_samples"] >= PROMPTS * N, r["setting"]  # the metrics agree with the engines
+        assert r["held_by_generator_mb"] == 0.0, r["setting"]
+        assert r["ray_calls"]["ray.wait"] >= 1 and r["ray_calls_total"] >= r["requests"], r["setting"]
+    for r in rows(res, "Reinforce-Ada async") + rows(res, "Reinforce-Ada sync"):
+        assert r["requests"] >= PROMPTS  # one call per round: at least one round per prompt
+
+
+def test_summary_and_section(result):
+    cs, res = result
+    summary = cs.summarize(res)
+    assert {m["setting"] for m in summary} == set(cs.SETTINGS)
+    base = next(m for m in summary if m["setting"] == cs.BASE)
+    assert base["cpu_ratio"] == 1.0 and base["calls_ratio_per_sample"] == 1.0
+    text = cs.render(res, summary, "python benchmarks/cluster_scale.py --shapes 4x4")
+    assert "| 4x4 | Reinforce-Ada async --ada.cancel |" in text and "The one stand-in: generation" in text
+    assert "Load average" in text

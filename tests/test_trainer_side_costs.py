@@ -1,0 +1,201 @@
+"""What the trainer process spends per step, counted (never timed): tokenizer shipments, waits on the engines, and
+what the samples generator keeps after a step.
+
+No Ray here: `ray` in the round loop and in upstream's dispatch is replaced by `FakeRay`, whose object references are
+ready at once, and the engines are `FakeEngine`s that pickle each request as Ray would (`pickle.dumps` of the call's
+arguments, unpickled again on the "engine" side). tokenizer_shipping's object store is a dict. The counts are known by
+hand: 10 prompts, n = 4, one round of 4 each (the scripted rewards 1,0,1,0 resolve every prompt at its 4th sample
+under the balance rule).
+"""
+
+from __future__ import annotations
+
+import gc
+import pickle
+import types
+from types import SimpleNamespace
+
+import openrlhf.trainer.ppo_utils.samples_generator as upstream_generator
+import pytest
+import torch
+from openrlhf.trainer.ppo_utils.experience import Experience
+
+from openrlhf_ada.cli.train_ppo_ray import parse_args
+from openrlhf_ada.trainer.ppo_utils import round_loop
+from openrlhf_ada.trainer.ppo_utils import samples_generator as project_generator
+from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
+from openrlhf_ada.trainer.ray import tokenizer_shipping
+
+PROMPTS = 10
+N = 4
+GEN = dict(max_len=64, max_new_tokens=8, min_new_tokens=8, temperature=1.0, top_p=1.0)
+
+serialised = {"tokenizer": 0}
+
+
+class CountingTokenizer:
+    """Counts how often it is pickled; unpickles to a plain namespace (all a fake engine needs)."""
+
+    pad_token_id = 0
+
+    def __reduce__(self):
+        serialised["tokenizer"] += 1
+        return SimpleNamespace, ()
+
+
+class Ref:
+    def __init__(self, value):
+        self.value = value
+
+
+class Stream:
+    """A streaming call's generator: its messages, each ready at once."""
+
+    def __init__(self, messages):
+        self.messages = list(messages)
+
+    def __next__(self):
+        return Ref(self.messages.pop(0))
+
+
+class FakeRay:
+    exceptions = round_loop.ray.exceptions
+
+    def __init__(self):
+        self.waits = 0
+
+    def wait(self, refs, num_returns=1, timeout=None, **_):
+        self.waits += 1
+        ready = [r for r in refs if not isinstance(r, Stream) or r.messages][:num_returns]
+        return ready, [r for r in refs if r not in ready]
+
+    @staticmethod
+    def get(x, timeout=None):
+        return [r.value for r in x] if isinstance(x, list) else x.value
+
+
+def response(prompt, label, k):
+    reward = float(label.split(",")[k % 4])
+    return {"prompt": prompt, "label": label, "observation_tokens": list(range(4 + 8)), "action_ranges": [(4, 12)],
+            "reward": reward, "scores": reward, "rollout_log_probs": None, "truncated": False, "extra_logs": {}}
+
+
+class FakeEngine:
+    """generate_responses / generate_stream with Ray's pickling of the arguments; answers at once."""
+
+    def __init__(self):
+        self.calls = {}  # method -> calls
+        self.tokenizers_seen = []
+        outer = self
+
+        class Method:
+            def __init__(self, fn):
+                self.fn = fn
+
+            def remote(self, *args, **kwargs):
+                outer.calls[self.fn.__name__] = outer.calls.get(self.fn.__name__, 0) + 1
+                args, kwargs = pickle.loads(pickle.dumps((args, kwargs)))  # what Ray does to every argument
+                return self.fn(*args, **kwargs)
+
+        def responses(*, prompt, label, sampling_params, max_length, hf_tokenizer, num_samples, images=None):
+            self.tokenizers_seen.append(hf_tokenizer)
+            return Ref([response(prompt, label, k) for k in range(num_samples)])
+
+        def stream(group, prompt, label, sampling_params, max_length, hf_tokenizer, indices, images=None):
+            self.tokenizers_seen.append(hf_tokenizer)
+            return Stream([{"index": j, "response": response(prompt, label, j)} for j in indices]
+                          + [{"end": True, "cancelled": 0, "cancelled_tokens": 0}])
+
+        self.generate_responses = Method(responses)
+        self.generate_stream = Method(stream)
+        self.cancel_stream = Method(lambda group: Ref(0))
+        self.get_num_unfinished_requests = Method(lambda: Ref(0))
+
+
+@pytest.fixture
+def fake_ray(monkeypatch):
+    fake = FakeRay()
+    monkeypatch.setattr(round_loop, "ray", fake)
+    monkeypatch.setattr(upstream_generator, "ray", fake)
+    store = {}
+
+    def put(obj):
+        key = f"obj{len(store)}"
+        store[key] = pickle.dumps(obj)
+        return key
+
+    monkeypatch.setattr(tokenizer_shipping, "_put", put)
+    monkeypatch.setattr(tokenizer_shipping, "_get", lambda key: pickle.loads(store[key]))
+    monkeypatch.setattr(project_generator, "is_remote_engine", lambda engine: True)
+    serialised["tokenizer"] = 0
+    return fake
+
+
+def make_generator(engines, *flags):
+    args = parse_args([
+        "--actor.model_name_or_path", "m", "--reward.remote_url", "http://localhost:5000/get_reward",
+        "--algo.advantage.estimator", "dr_grpo", "--rollout.n_samples_per_prompt", str(N),
+        "--rollout.batch_size", str(PROMPTS), "--actor.num_gpus_per_node", "1", *flags,
+    ])
+    loader = [([i], [f"prompt {i}"], ["1,0,1,0"], [None]) for i in range(PROMPTS)]
+    return RoundsSamplesGenerator(strategy=SimpleNamespace(args=args), prompts_dataloader=loader,
+                                  eval_dataloader=None, tokenizer=CountingTokenizer(), vllm_engines=engines)
+
+
+ADA = ["--ada.enable", "--ada.round_size", "4", "--ada.max_rounds", "2"]
+
+
+@pytest.mark.parametrize("flags", [[], ADA, ADA + ["--ada.cancel"]], ids=["fixed_n", "ada", "ada_cancel"])
+def test_the_tokenizer_is_serialised_once_per_run_not_per_request(fake_ray, flags):
+    """Two steps, 10 requests each, over two engines: the tokenizer is pickled once (into the object store), and each
+    request carries the handle; every engine call still receives a tokenizer."""
+    engines = [FakeEngine(), FakeEngine()]
+    gen = make_generator(engines, *flags)
+    for _ in range(2):
+        gen._dataloader_iter = None  # a fresh pass over the 10 prompts
+        samples, *_ = gen.generate_samples(**GEN)
+        assert len(samples) == PROMPTS * N
+        assert all(p.rounds == 1 for p in gen.last_pools)  # resolved in round 1, as scripted
+    requests = sum(e.calls.get("responses", 0) + e.calls.get("stream", 0) for e in engines)
+    assert requests == 2 * PROMPTS
+    assert serialised["tokenizer"] == 1  # 20 before: one per request
+    seen = [t for e in engines for t in e.tokenizers_seen]
+    assert len(seen) == 2 * PROMPTS and all(isinstance(t, SimpleNamespace) for t in seen)
+
+
+@pytest.mark.parametrize("flags, waits", [([], 1), (ADA + ["--ada.cancel"], N + 1)], ids=["rounds", "streams"])
+def test_one_wait_collects_everything_that_is_ready(fake_ray, flags, waits):
+    """Everything is ready at once: rounds come back in one wait (10 before); streams yield one message each per
+    wait, so 4 samples + the end message take 5 waits for all 10 streams together (50 before)."""
+    gen = make_generator([FakeEngine()], *flags)
+    samples, *_ = gen.generate_samples(**GEN)
+    assert len(samples) == PROMPTS * N
+    assert fake_ray.waits == waits
+
+
+def reachable_experiences(root) -> list:
+    """Experience objects reachable from `root` through instances, containers and their attributes (not through
+    modules, classes or functions, which reach everything)."""
+    skip = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
+    seen, stack, found = {id(root)}, [root], []
+    while stack:
+        obj = stack.pop()
+        if isinstance(obj, Experience):
+            found.append(obj)
+        for ref in gc.get_referents(obj):
+            if id(ref) not in seen and not isinstance(ref, skip):
+                seen.add(id(ref))
+                stack.append(ref)
+    return found
+
+
+@pytest.mark.parametrize("flags", [[], ADA, ADA + ["--ada.cancel"]], ids=["fixed_n", "ada", "ada_cancel"])
+def test_after_a_step_the_generator_keeps_no_sample(fake_ray, flags):
+    """The trained samples go to the caller; the generator keeps only statistics (its last_pools hold no sample), so
+    nothing of a step's 40 samples (about 110 KB each at 4k tokens) lives on through the next step."""
+    gen = make_generator([FakeEngine()], *flags)
+    samples, *_ = gen.generate_samples(**GEN)
+    assert len(samples) == PROMPTS * N and all(isinstance(e.sequences, torch.Tensor) for e in samples)
+    assert len(gen.last_pools) == PROMPTS and all(p.count == N for p in gen.last_pools)
+    assert reachable_experiences(gen) == []
+    assert all(it is None for p in gen.last_pools for it in p.items)
