@@ -38,7 +38,7 @@ from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
 
 from openrlhf_ada.algorithms.adora import adora_metrics, group_stats, in_schedule, load_weight_func, sample_weights
 from openrlhf_ada.algorithms.baselines import GROUP_BASELINE_ESTIMATORS, pool_baseline
-from openrlhf_ada.algorithms.estimate import group_index, prompt_weights, ragged_baseline
+from openrlhf_ada.algorithms.estimate import group_index, group_sums, prompt_weights, ragged_baseline
 from openrlhf_ada.algorithms.returns import exact_undiscounted_returns, undiscounted_returns
 from openrlhf_ada.args import ada_config, adora_config
 
@@ -201,12 +201,12 @@ class AdoraPoolExperienceMaker(RemoteExperienceMaker):
                                "pool indices 0..size-1, contiguous)")
         shaped = ragged_baseline(rewards, sizes, args.algo.advantage.estimator)
         pass_rate = order.flat([e.info["ada_pool_pass_rate"].float() for e in experiences])[starts]
-        w = prompt_weights(pass_rate, self.ada.weight_kind, eps=self.ada.prompt_weight_eps,
-                           cap=self.ada.prompt_weight_cap)[group_index(sizes)]
-        shaped = (shaped.double() * w).to(rewards.dtype)
         g = group_index(sizes)
-        mean = torch.zeros(sizes.numel(), dtype=torch.float64).index_add_(0, g, rewards.double()) / sizes
-        var = torch.zeros(sizes.numel(), dtype=torch.float64).index_add_(0, g, (rewards.double() - mean[g]) ** 2)
+        w = prompt_weights(pass_rate, self.ada.weight_kind, eps=self.ada.prompt_weight_eps,
+                           cap=self.ada.prompt_weight_cap)[g]
+        shaped = (shaped.double() * w).to(rewards.dtype)
+        mean = group_sums(rewards, sizes) / sizes
+        var = group_sums((rewards.double() - mean[g]) ** 2, sizes)
         std = (var / (sizes - 1).clamp(min=1)).sqrt()[g].float()
         for e, s, wi in zip(experiences, order.split(std), order.split(w.float())):
             e.info["group_reward_std"] = s
