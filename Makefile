@@ -16,11 +16,17 @@ demo: env
 cluster-demo: env
 	$(PY) -m openrlhf_ada.cli.cluster_demo $(ARGS)
 
+# Two test processes (pytest-xdist): a test's start-up is a chain of processes that wait for each other, so one test
+# process leaves a core in three idle. Each file runs whole in one of them (--dist loadfile), in the order
+# tests/conftest.py gives (the longest first). TEST_PROCS=1 runs them in one process.
+TEST_PROCS ?= 2
+PYTEST := $(PY) -m pytest tests -q --durations=25 -n $(TEST_PROCS) --dist loadfile --no-loadscope-reorder
+
 test: env
-	$(PY) -m pytest tests -q --durations=25
+	$(PYTEST)
 
 test-fast: env
-	$(PY) -m pytest tests -q -m "not slow" --durations=25
+	$(PYTEST) -m "not slow"
 
 lint: env
 	$(PY) -m ruff check openrlhf_ada tests

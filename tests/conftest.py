@@ -35,6 +35,40 @@ from openrlhf_ada.cpu_compat import RAY_RUNTIME_ENV, use_cpu_mode_without_cuda  
 use_cpu_mode_without_cuda()
 
 
+# The files that take longest, longest first (measured on a fresh clone: docs/testing.md). `make test` runs the suite
+# in two test processes (`pytest -n 2 --dist loadfile`): each file goes whole to the first free process, in this
+# order, and each process is handed its next file while it still runs the current one.
+_LONGEST_FILES = (
+    "test_faults_on_cpu.py",
+    "test_cancel_history_on_cpu.py",
+    "test_learning_on_cpu.py",
+    "test_benchmarks_smoke.py",
+    "test_est_on_cpu.py",
+    "test_heldout_eval.py",
+    "test_local_recovery_on_cpu.py",
+    "test_cpu_compat_on_cpu.py",
+    "test_kv_cache_on_cpu.py",
+    "test_compare.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Order the files so that two test processes finish together: the pipeline file (a third of the suite) first,
+    then the files without slow tests (the one the pipeline's process is handed next is short), then the slow ones
+    longest first, so that what is left at the end is short. Tests keep their order within a file."""
+    slow = {item.path.name for item in items if item.get_closest_marker("slow")}
+
+    def rank(item):
+        name = item.path.name
+        if name == "test_pipeline_on_cpu.py":
+            return (0, 0)
+        if name not in slow:
+            return (1, 0)
+        return (2, _LONGEST_FILES.index(name)) if name in _LONGEST_FILES else (3, 0)
+
+    items.sort(key=rank)
+
+
 @pytest.fixture(scope="session")
 def tiny_llama_path(tmp_path_factory) -> str:
     """A tiny random Llama checkpoint (float32, head_dim 64, byte-level BPE tokenizer, chat template), built once."""
@@ -89,16 +123,34 @@ def run_python():
 @pytest.fixture
 def shm_segments_left():
     """`f()`: the vLLM shared-memory segments (/dev/shm/psm_*) there now; `f(since)`: those that appeared since and
-    stay behind with no live process mapping them (waiting up to 15 s for killed engine processes to go)."""
-    from openrlhf_ada.utils.shm_leftovers import orphans, segments
+    stay behind with no live process mapping them (waiting up to 15 s for killed engine processes to go).
+
+    Only segments that a process under this test process mapped count: with the suite in two test processes
+    (`pytest -n 2`), the other one's engines create and leave segments meanwhile. A thread records this process
+    tree's mappings every second while the test runs; an engine lives far longer than that."""
+    import threading
+
+    from openrlhf_ada.utils.shm_leftovers import mapped_segments, orphans, segments
+
+    seen, stop = set(), threading.Event()
+
+    def watch():
+        while not stop.wait(1.0):
+            seen.update(mapped_segments([os.getpid()]))
+
+    watcher = threading.Thread(target=watch, name="shm-watch", daemon=True)
+    watcher.start()
 
     def left(since=None, wait=15.0):
         if since is None:
             return segments()
+        seen.update(mapped_segments([os.getpid()]))
         _wait_until_unmapped(since, wait)
-        return orphans(since)
+        return [path for path in orphans(since) if path in seen]
 
-    return left
+    yield left
+    stop.set()
+    watcher.join()
 
 
 @pytest.fixture
@@ -155,12 +207,31 @@ def _shm_orphans_removed_per_module():
     remove_orphans(since)
 
 
+def _other_test_processes() -> set:
+    """The processes of the other test processes of this run (`pytest -n 2`: this worker's siblings under the
+    controller, and everything under them); none when the suite runs in one process."""
+    from openrlhf_ada.utils.shm_leftovers import process_tree
+
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return set()
+    import psutil
+
+    siblings = [p.pid for p in psutil.Process(os.getppid()).children() if p.pid != os.getpid()]
+    return process_tree(siblings)
+
+
 def _wait_until_unmapped(since, wait):
-    """Wait (at most `wait` s) until no live process maps a segment that appeared after `since`."""
+    """Wait (at most `wait` s) until no process maps a segment that appeared after `since`, leaving out the other
+    test processes' own (their engines keep theirs mapped as long as they run). Killed engines' processes, which
+    may still be exiting, belong to nobody's tree any more and are waited for."""
     import time
 
     from openrlhf_ada.utils.shm_leftovers import mapped_segments, segments
 
     deadline = time.time() + wait
-    while any(p in mapped_segments([1]) for p in segments() - since) and time.time() < deadline:
+    while time.time() < deadline:
+        others = _other_test_processes()
+        held = {path: pids - others for path, pids in mapped_segments([1]).items()}
+        if not any(held.get(path) for path in segments() - since):
+            return
         time.sleep(0.5)

@@ -281,7 +281,7 @@ def test_launcher_adora_reinforce_ada_zero3_two_ranks_colocated_and_resumed(tmp_
 
 def test_async_training_with_adora_and_reinforce_ada_cancelling(tmp_path, tiny_llama_path, scripted_reward):
     """--train.async_enable: generation and training in separate actors, samples through a Ray queue; keep mode,
-    so each step trains exactly rollout.batch_size x n samples. With --ada.cancel (issue 13) and rounds of 8: each
+    so each step trains exactly rollout.batch_size x n samples. With --ada.cancel and rounds of 8: each
     prompt's scripted outcomes 1, 0, 1, 0, ... meet the balance rule (2 + 2 for n = 4) after 4 scored samples, so
     the rest of its round is cancelled inside the engine actor or, if already finished, discarded: the cluster
     path carries the flag to the engines and the counts to the metrics. (Here a round's 8 requests of 16 tokens
@@ -306,7 +306,7 @@ def test_async_training_with_adora_and_reinforce_ada_cancelling(tmp_path, tiny_l
 
 
 def test_a_dead_engine_stops_the_run_with_where_to_resume(tmp_path, tiny_llama_path, scripted_reward):
-    """Issue 10, fault 4: after step 1, the vLLM engine core inside one of two engine actors is killed. The
+    """After step 1, the vLLM engine core inside one of two engine actors is killed. The
     samples generator sees it (a RayTaskError from a live actor, or a dead actor) and the run stops at once, naming
     the engine, what happened and the checkpoint to resume from; it does not reach the weight sync, which would
     wait for the dead engine."""

@@ -97,8 +97,9 @@ def test_orphans_are_the_new_segments_nobody_maps(bystander):
     live, live_path = hold("direct")
     try:
         kill(dead)
-        assert orphans(since) == [dead_path]
-        assert remove_orphans(since) == [dead_path]
+        # other test processes of the run (pytest -n 2) may leave orphans of their own meanwhile: only these two count
+        assert [p for p in orphans(since) if p in (dead_path, live_path)] == [dead_path]
+        assert dead_path in remove_orphans(since) and live_path not in orphans(since)
         assert not os.path.exists(dead_path) and os.path.exists(live_path) and os.path.exists(bystander)
     finally:
         kill(live)
