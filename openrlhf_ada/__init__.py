@@ -1,5 +1,5 @@
 """openrlhf-ada."""
 
-from openrlhf_ada.cpu_compat import install as _install_cpu_compat
+from openrlhf_ada.cpu_compat import install_when_torch_loads as _install_cpu_compat
 
 _install_cpu_compat()

@@ -112,13 +112,35 @@ def use_cpu_mode_without_cuda() -> bool:
     return True
 
 
+def install_when_torch_loads() -> None:
+    """:func:`install` now if torch is imported already, else right after torch's import. Whether this is the CPU
+    mode depends on torch (does it see a CUDA device?), and a process that never imports torch (a Ray queue or lock
+    actor) should not pay 2-3 s of CPU to find out. flash-attn imports torch before its extension, so the placeholder
+    is in place in time. Outside the CPU mode (OPENRLHF_ADA_CPU unset) nothing is registered."""
+    _when_torch_loads(install)
+
+
 def worker_setup_hook() -> None:
-    """Ray ``worker_process_setup_hook``: runs :func:`install` in each Ray worker before it runs tasks, and the CPU
-    mode's patches when the run is CPU-only (see below)."""
+    """Ray ``worker_process_setup_hook``: in each Ray worker, :func:`install` and the CPU mode's patches when the run
+    is CPU-only (see below), run when the worker first imports torch (at once if it has): a worker that never does
+    (upstream's queue and lock actors, Ray's idle workers) stays light, about 3 s of CPU less each."""
+    _when_torch_loads(_setup_worker)
+
+
+def _setup_worker() -> None:
     install()
     if apply_cpu_patches():  # the CPU mode, first call in this process
         use_environment_ninja()
         release_stale_build_locks()
+
+
+def _when_torch_loads(setup) -> None:
+    if not cpu_mode_requested():
+        return
+    if "torch" in sys.modules:
+        setup()
+    else:
+        _after_import("torch", lambda _torch: setup())
 
 
 # ====================================================================================================================

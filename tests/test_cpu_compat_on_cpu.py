@@ -120,17 +120,22 @@ def test_ray_worker_imports_openrlhf_thanks_to_setup_hook(ray_local):
         import os
         import sys
 
+        torch_at_start = "torch" in sys.modules  # the hook waits for torch: a worker that never imports it stays light
+        import torch  # noqa: F401  (flash-attn imports torch before its extension: the placeholder comes with it)
+
         hooked = getattr(sys.modules.get("flash_attn_2_cuda"), "is_openrlhf_ada_placeholder", False)
         for name in modules:
             importlib.import_module(name)
         return {
             "pid": os.getpid(),
+            "torch_at_start": torch_at_start,
             "placeholder_before_imports": hooked,
             "imported": [m for m in modules if m in sys.modules],
         }
 
     result = ray.get(import_in_worker.remote(MODULES), timeout=150)
     assert result["pid"] != os.getpid()
+    assert result["torch_at_start"] is False, "the setup hook imported torch in a worker that had not asked for it"
     assert result["placeholder_before_imports"] is True, "the setup hook should have installed the placeholder"
     assert result["imported"] == MODULES
 

@@ -297,8 +297,10 @@ def test_the_environment_s_ninja_comes_first_on_path(tmp_path, monkeypatch):
 
 @pytest.mark.slow  # starts Ray
 def test_every_ray_worker_in_the_cpu_mode_finds_the_environment_s_ninja():
-    """The setup hook (every Ray worker) in a fresh interpreter whose PATH starts with the system folders."""
-    code = "import shutil; from openrlhf_ada import cpu_compat; cpu_compat.worker_setup_hook(); print(shutil.which('ninja'))"
+    """The setup hook (every Ray worker) in a fresh interpreter whose PATH starts with the system folders: once the
+    worker imports torch (which building or loading an op needs), its PATH finds the environment's ninja first."""
+    code = ("import shutil; from openrlhf_ada import cpu_compat; cpu_compat.worker_setup_hook(); import torch; "
+            "print(shutil.which('ninja'))")
     env = {**os.environ, "OPENRLHF_ADA_CPU": "1", "PATH": os.pathsep.join(["/usr/bin", "/bin", ENV_BIN])}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == os.path.join(ENV_BIN, "ninja")
