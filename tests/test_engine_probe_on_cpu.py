@@ -56,6 +56,9 @@ def actors(ray_local):
     healthy, dead, core_dead, hung, upstream = Healthy.remote(), Healthy.remote(), CoreDead.remote(), Hung.remote(), \
         UpstreamOnly.remote()
     ray.get([healthy.check_health.remote(), dead.check_health.remote(), upstream.get_num_unfinished_requests.remote()])
+    # Every actor started before a test probes it with a 2 s timeout: a worker's start can take longer than that on a
+    # loaded machine (two test processes), and the core-dead engine must answer with its error, not time out.
+    ray.get([core_dead.__ray_ready__.remote(), hung.__ray_ready__.remote()])
     ray.kill(dead)
     wait_until_dead(ray, dead)
     yield dict(healthy=healthy, dead=dead, core_dead=core_dead, hung=hung, upstream=upstream)
