@@ -15,7 +15,10 @@ truncated), log-probs for every token, and rewards drawn from each prompt's pass
 15% p = 1, 60% p ~ uniform(0, 1)). There is no model forward either: the action log-probs are the rollout's and the
 KL is zero (what upstream's `make_experience` attaches without a reference model). The reward guard runs in the
 engines, not in the trainer, and is not part of what is measured. Cancelling (--ada.cancel) stops nothing here (the
-answers are all there at once): what it costs the trainer is measured, not what it saves the engines.
+answers are all there at once): what it costs the trainer is measured, not what it saves the engines. A stream's
+samples all being ready at once, each stream is one message (its samples and the end of its round), as the real
+engine sends samples that finish together: the fewest Ray calls a stream can cost. With real engines a round's
+samples finish at different times and come back in more messages.
 
 Measured per step, in the trainer process only: wall and CPU time (time.process_time, every thread), the peak RSS
 above the step's start (VmHWM, reset per step), the tensor bytes the generator still holds after the step (the
@@ -127,10 +130,10 @@ def _engine_class():
         async def generate_stream(self, group_id, prompt, label, sampling_params, max_length, hf_tokenizer,
                                   indices, images=None):
             rng, max_tokens = self._start(prompt, label, sampling_params, hf_tokenizer, len(indices))
-            for index in indices:
-                (response,) = self._sized([self._sample(rng, prompt, label, max_tokens)])
-                yield {"index": int(index), "response": response}
-            yield {"end": True, "cancelled": 0, "cancelled_tokens": 0}
+            out = [self._sized([self._sample(rng, prompt, label, max_tokens)])[0] for _ in indices]
+            # every sample is there at once: one message, as the real engine sends samples that finish together
+            yield {"samples": [{"index": int(j), "response": r} for j, r in zip(indices, out)], "end": True,
+                   "cancelled": 0, "cancelled_tokens": 0}
 
         async def cancel_stream(self, group_id) -> int:
             return 0

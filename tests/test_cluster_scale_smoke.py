@@ -60,6 +60,15 @@ def test_every_setting_trains_n_per_prompt_and_keeps_nothing_after_the_step(resu
         assert r["requests"] >= PROMPTS  # one call per round: at least one round per prompt
 
 
+def test_cancel_takes_one_ray_get_per_stream_not_per_sample(result):
+    """The stand-in has a stream's samples all ready at once, so each stream is one message: the trainer's ray.get
+    calls are one per stream (plus upstream's reads of the engines' load), fewer than the samples generated (one per
+    sample and one per stream's end, when each message carried one sample)."""
+    cs, res = result
+    for r in rows(res, "Reinforce-Ada async --ada.cancel"):
+        assert r["requests"] <= r["ray_calls"]["ray.get"] < r["generated"]
+
+
 def test_summary_and_section(result):
     cs, res = result
     summary = cs.summarize(res)

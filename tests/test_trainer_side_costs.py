@@ -3,14 +3,18 @@ what the samples generator keeps after a step.
 
 No Ray here: `ray` in the round loop and in upstream's dispatch is replaced by `FakeRay`, whose object references are
 ready at once, and the engines are `FakeEngine`s that pickle each request as Ray would (`pickle.dumps` of the call's
-arguments, unpickled again on the "engine" side). tokenizer_shipping's object store is a dict. The counts are known by
-hand: 10 prompts, n = 4, one round of 4 each (the scripted rewards 1,0,1,0 resolve every prompt at its 4th sample
-under the balance rule).
+arguments, unpickled again on the "engine" side). A stream's messages are those of the project's own engine actor
+(`generate_stream` of vllm_engine.py, run on asyncio with a scripted executor in place of vLLM): every sample of a
+round is ready at once, as when they finish in the same engine step. tokenizer_shipping's object store is a dict.
+The counts are known by hand: 10 prompts, n = 4, one round of 4 each (the scripted rewards 1,0,1,0 resolve every
+prompt at its 4th sample under the balance rule).
 """
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import itertools
 import pickle
 import types
 from types import SimpleNamespace
@@ -25,6 +29,7 @@ from openrlhf_ada.trainer.ppo_utils import round_loop
 from openrlhf_ada.trainer.ppo_utils import samples_generator as project_generator
 from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
 from openrlhf_ada.trainer.ray import tokenizer_shipping
+from openrlhf_ada.trainer.ray.vllm_engine import _GuardedRolloutRayActor
 
 PROMPTS = 10
 N = 4
@@ -62,15 +67,15 @@ class FakeRay:
     exceptions = round_loop.ray.exceptions
 
     def __init__(self):
-        self.waits = 0
+        self.waits = self.gets = 0
 
     def wait(self, refs, num_returns=1, timeout=None, **_):
         self.waits += 1
         ready = [r for r in refs if not isinstance(r, Stream) or r.messages][:num_returns]
         return ready, [r for r in refs if r not in ready]
 
-    @staticmethod
-    def get(x, timeout=None):
+    def get(self, x, timeout=None):
+        self.gets += 1
         return [r.value for r in x] if isinstance(x, list) else x.value
 
 
@@ -78,6 +83,24 @@ def response(prompt, label, k):
     reward = float(label.split(",")[k % 4])
     return {"prompt": prompt, "label": label, "observation_tokens": list(range(4 + 8)), "action_ranges": [(4, 12)],
             "reward": reward, "scores": reward, "rollout_log_probs": None, "truncated": False, "extra_logs": {}}
+
+
+def engine_messages(group, prompt, label, sampling_params, max_length, hf_tokenizer, indices, images=None) -> list:
+    """The messages of the engine actor's own `generate_stream` for these requests, its executor answering the k-th
+    request of the stream with `response(prompt, label, k)` at once (no vLLM, no Ray)."""
+    actor = object.__new__(_GuardedRolloutRayActor)  # its __init__ starts vLLM; generate_stream needs only these
+    calls = itertools.count()
+
+    async def execute(*, prompt, label, **_):
+        return response(prompt, label, next(calls))
+
+    actor.executor, actor.llm, actor._streams = SimpleNamespace(execute=execute), SimpleNamespace(), {}
+
+    async def run():
+        return [m async for m in actor.generate_stream(group, prompt, label, sampling_params, max_length,
+                                                       hf_tokenizer, indices, images)]
+
+    return asyncio.run(run())
 
 
 class FakeEngine:
@@ -103,13 +126,19 @@ class FakeEngine:
 
         def stream(group, prompt, label, sampling_params, max_length, hf_tokenizer, indices, images=None):
             self.tokenizers_seen.append(hf_tokenizer)
-            return Stream([{"index": j, "response": response(prompt, label, j)} for j in indices]
-                          + [{"end": True, "cancelled": 0, "cancelled_tokens": 0}])
+            return Stream(engine_messages(group, prompt, label, sampling_params, max_length, hf_tokenizer, indices,
+                                          images))
 
         self.generate_responses = Method(responses)
         self.generate_stream = Method(stream)
-        self.cancel_stream = Method(lambda group: Ref(0))
-        self.get_num_unfinished_requests = Method(lambda: Ref(0))
+        def cancel(group):
+            return Ref(0)
+
+        def load():
+            return Ref(0)
+
+        self.cancel_stream = Method(cancel)
+        self.get_num_unfinished_requests = Method(load)
 
 
 @pytest.fixture
@@ -163,14 +192,32 @@ def test_the_tokenizer_is_serialised_once_per_run_not_per_request(fake_ray, flag
     assert len(seen) == 2 * PROMPTS and all(isinstance(t, SimpleNamespace) for t in seen)
 
 
-@pytest.mark.parametrize("flags, waits", [([], 1), (ADA + ["--ada.cancel"], N + 1)], ids=["rounds", "streams"])
-def test_one_wait_collects_everything_that_is_ready(fake_ray, flags, waits):
-    """Everything is ready at once: rounds come back in one wait (10 before); streams yield one message each per
-    wait, so 4 samples + the end message take 5 waits for all 10 streams together (50 before)."""
+@pytest.mark.parametrize("flags", [[], ADA + ["--ada.cancel"]], ids=["rounds", "streams"])
+def test_one_wait_collects_everything_that_is_ready(fake_ray, flags):
+    """Everything is ready at once: the 10 rounds come back in one wait (10 before); the 10 streams too, each stream's
+    4 samples and the end of its round being one message (5 waits before, a message per sample and one for the end;
+    50 before that, one wait per message)."""
     gen = make_generator([FakeEngine()], *flags)
     samples, *_ = gen.generate_samples(**GEN)
     assert len(samples) == PROMPTS * N
-    assert fake_ray.waits == waits
+    assert fake_ray.waits == 1
+
+
+def test_a_stream_s_samples_that_finish_together_cost_one_ray_get(fake_ray):
+    """--ada.cancel, every sample of a round finishing at once: the engine sends each stream's 4 samples and the end
+    of its round as one message, so the trainer makes one ray.get per stream: 10 for the step (50 before: one per
+    sample, one per end), plus the one of upstream's dispatch reading the engines' load. Each sample still enters its pool on its own: every prompt resolves at its 4th sample, with
+    nothing left to cancel (no cancel_stream call), and trains its 4 samples with pool mean 2/4."""
+    engine = FakeEngine()
+    gen = make_generator([engine], *ADA, "--ada.cancel")
+    samples, *_ = gen.generate_samples(**GEN)
+    assert fake_ray.gets == PROMPTS + 1
+    assert engine.calls == {"load": 1, "stream": PROMPTS}  # no cancel_stream
+    assert len(samples) == PROMPTS * N
+    assert [e.rewards.item() for e in samples[:N]] == [1.0, 0.0, 1.0, 0.0]
+    pools = gen.last_pools
+    assert all((p.count, p.mean, p.cancelled, p.discarded, p.rounds) == (4, 0.5, 0, 0, 1) for p in pools)
+    assert gen.last_metrics["ada/samples_generated"] == PROMPTS * N and gen.last_metrics["ada/cancelled_requests"] == 0
 
 
 def reachable_experiences(root) -> list:

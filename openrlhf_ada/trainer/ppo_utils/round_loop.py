@@ -4,8 +4,8 @@
 
     draw       prompts from the data (with --ada.history: planned, a skipped one counted and replaced)
     dispatch   each prompt's next round to the engines (a Ray call per round, or a stream per round)
-    collect    what comes back: a whole round, or one streamed sample, for every one ready at a wait (a lost
-               engine's round runs again)
+    collect    what comes back: a whole round, or one message of a stream (every sample the engine finished
+               since its last one), for every one ready at a wait (a lost engine's round runs again)
     decide     per prompt: a done pool is settled, an active one waits for its next round
     release    which next rounds go out now: the ONE place the schedules differ (async at once, sync at the barrier)
     settle     a done prompt: its group selected, dropped, filtered, or held back for failed rewards
@@ -35,7 +35,8 @@ moves data between the pools and the engines:
 Streaming (`--ada.cancel`) and batch feeding differ in `dispatch` and `collect` only. Streaming sends each round
 of a prompt as one Ray streaming call, `generate_stream` of the project's engine actor
 (openrlhf_ada/trainer/ray/vllm_engine.py), to the engine upstream's least-loaded choice picks; the samples come
-back one at a time as they are generated and scored, each going into the pool at once (`PromptPool.add_sample`).
+back as they are generated and scored, each message of the stream with every sample finished since the previous one
+(one `ray.get` per message, not per sample), and each sample goes into the pool at once (`PromptPool.add_sample`).
 When the pool says the prompt is resolved, `cancel_stream` aborts the round's outstanding requests; the stream's
 last message says how many were cancelled and the tokens they had generated, which close the round (`end_round`).
 A lost engine's requests that had not come back run again on another one. docs/algorithms.md explains the cancel
@@ -150,7 +151,7 @@ class RoundStep:
         self.step_seed = (self.config.seed, gen._step)
         self.generate_kwargs = {k: v for k, v in generate_kwargs.items() if k != "n_samples_per_prompt"}
         self.started = time.time()
-        self.streaming = self.config.cancel  # samples come back one by one; a resolved prompt's rest is cancelled
+        self.streaming = self.config.cancel  # samples come back as they finish; a resolved prompt's rest is cancelled
         self.stream_run = uuid.uuid4().hex[:12]
         self.history = gen.history
         self.dataloader_iter, self.dynamic_filtering = dataloader_iter, dynamic_filtering
@@ -296,37 +297,51 @@ class RoundStep:
 
     # -- collect ------------------------------------------------------------------------------------------------
     def collect(self, ref, watch: StallWatch) -> Optional[ActivePrompt]:
-        """Take what `ref` brought back into its prompt's pool. Returns the prompt when its round is over (to be
-        decided), None while its round goes on (a streamed sample) or runs again (a lost engine)."""
+        """Take what `ref` brought back into its prompt's pool: a whole round, or (--ada.cancel) one message of a
+        round's stream, one `ray.get` either way. Returns the prompt when its round is over (to be decided), None
+        while its round goes on (more of its stream to come) or runs again (a lost engine)."""
         item = self.pending[ref] if self.streaming else self.pending.pop(ref)
         try:
             message = ray.get(next(ref) if self.streaming else ref)
         except ENGINE_ERRORS as e:
             return self.engine_lost(ref, item, e)
         watch.progress()
-        if not self.streaming:  # a whole round, in request order
-            experiences = self.experiences_of(message)
-            item.pool.add_round(
-                scores=[sample_score(e) for e in experiences],
-                rewards=penalised_rewards(experiences, self.gen.args),
-                items=experiences,
-                lengths=[response_length(e) for e in experiences],
-            )
-            return item
-        if "end" not in message:  # one sample of the round, as it finished and was scored
-            item.outstanding.discard(message["index"])
-            (e,) = self.experiences_of([message["response"]])
-            stop = item.pool.add_sample(message["index"], sample_score(e), penalised_rewards([e], self.gen.args)[0],
-                                        item=e, length=response_length(e))
-            if stop and not item.cancel_sent:  # resolved: cancel the round's outstanding requests
-                item.engine.cancel_stream.remote(item.group)
-                item.cancel_sent = True
+        if self.streaming:
+            return self.collect_streamed(ref, item, message)
+        experiences = self.experiences_of(message)  # a whole round, in request order
+        item.pool.add_round(
+            scores=[sample_score(e) for e in experiences],
+            rewards=penalised_rewards(experiences, self.gen.args),
+            items=experiences,
+            lengths=[response_length(e) for e in experiences],
+        )
+        return item
+
+    def collect_streamed(self, ref, item: ActivePrompt, message: dict) -> Optional[ActivePrompt]:
+        """One message of a round's stream: every sample the engine finished since its previous message, each
+        entering the pool on its own as if it had come alone (the exit rule and the failed share are checked after
+        each), and in the stream's last message the end of the round. Returns the prompt once its round is over."""
+        last = "end" in message
+        for sample in message["samples"]:
+            self.add_streamed_sample(item, sample["index"], sample["response"], more_to_come=not last)
+        if not last:
             return None
         # the round's stream is over: every request came back or was cancelled
         self.pending.pop(ref)
         item.outstanding.clear()
         item.pool.end_round(cancelled_tokens=int(message["cancelled_tokens"]))
         return item
+
+    def add_streamed_sample(self, item: ActivePrompt, index: int, response: dict, more_to_come: bool) -> None:
+        """One streamed sample into its prompt's pool. The first sample that resolves the prompt cancels the round's
+        outstanding requests at once, unless its stream has already ended (nothing is left to cancel then)."""
+        item.outstanding.discard(index)
+        (e,) = self.experiences_of([response])
+        stop = item.pool.add_sample(index, sample_score(e), penalised_rewards([e], self.gen.args)[0], item=e,
+                                    length=response_length(e))
+        if stop and more_to_come and not item.cancel_sent:
+            item.engine.cancel_stream.remote(item.group)
+            item.cancel_sent = True
 
     def engine_lost(self, ref, item: ActivePrompt, error) -> Optional[ActivePrompt]:
         """An engine died mid-round (its actor, or the vLLM engine core inside a live actor): the round is lost, not

@@ -4,19 +4,23 @@
   upstream's create_vllm_engines passes no extra arguments);
 - `load_weights_from_file`: loading new policy weights on any device (upstream's weight sync allocates on CUDA),
   used by the single-machine trainer;
-- `generate_stream` / `cancel_stream` (what `--ada.cancel` needs): a prompt's samples handed back one by one as each
-  is generated and scored, and its outstanding requests cancelled on demand, with the tokens they had generated.
+- `generate_stream` / `cancel_stream` (what `--ada.cancel` needs): a prompt's samples handed back as soon as each is
+  generated and scored (every sample finished since the last message, in one message), and its outstanding requests
+  cancelled on demand, with the tokens they had generated.
 The cluster launcher points upstream's `vllm_engine.RolloutRayActor` at this class, so create_vllm_engines builds it.
 
-Per-sample streaming. Upstream's `generate_responses` runs a prompt's samples as asyncio tasks of its executor
+Streaming. Upstream's `generate_responses` runs a prompt's samples as asyncio tasks of its executor
 (`executor.execute`: tokenise, generate on `vllm.AsyncLLMEngine`, score) and returns them all at once.
 `generate_stream(group_id, ..., indices)` is a Ray streaming generator over the same tasks, one per request index of
-the round: it yields `{"index": j, "response": <upstream's response dict>}` as each task finishes, and last
-`{"end": True, "cancelled": k, "cancelled_tokens": t}`. `cancel_stream(group_id)` cancels the group's unfinished
-tasks. Cancelling such a task raises CancelledError inside vLLM's `AsyncLLM.generate`, which aborts the request
-(`AsyncLLM.abort`: the output processor and the engine core drop it; `get_num_unfinished_requests` no longer
-counts it); a task cancelled while its reward is being computed stops waiting for it. A task that raised makes the
-stream raise, as upstream's `asyncio.gather` makes `generate_responses` raise.
+the round. Each time tasks finish it yields one message, `{"samples": [{"index": j, "response": <upstream's response
+dict>}, ...]}`: every sample finished since its last message, in request order. Samples that finish together (the
+same vLLM step, a fast reward) so cost the trainer one Ray round trip, not one each, and no sample is held back
+waiting for others. The last message also closes the round: `"end": True, "cancelled": k, "cancelled_tokens": t`
+(its `samples` may be empty). `cancel_stream(group_id)` cancels the group's unfinished tasks. Cancelling such a task
+raises CancelledError inside vLLM's `AsyncLLM.generate`, which aborts the request (`AsyncLLM.abort`: the output
+processor and the engine core drop it; `get_num_unfinished_requests` no longer counts it); a task cancelled while
+its reward is being computed stops waiting for it. A task that raised makes the stream raise (after the samples
+before it in request order), as upstream's `asyncio.gather` makes `generate_responses` raise.
 
 Tokens of a cancelled request: vLLM streams each request's output as it grows (upstream's sampling parameters keep
 vLLM's default cumulative output kind); the engine is wrapped (`_CountingEngine`, only once a stream is used) so
@@ -93,6 +97,26 @@ class _CountingEngine:
                 progress.current = 0
 
 
+class _FinishedBatch:
+    """What one wake-up of a stream found finished among its tasks (`done`), in request order: the samples, as
+    `{"index": j, "response": <upstream's response dict>}`, and the cancelled requests with the tokens they had
+    generated. A task that raised stops the batch at it (`error`): the samples before it in request order are handed
+    back, then the stream raises; those after it are not."""
+
+    def __init__(self, done, tasks: dict):
+        self.samples, self.cancelled, self.cancelled_tokens, self.error = [], 0, 0, None
+        for task in sorted(done, key=lambda t: tasks[t][0]):
+            index, progress = tasks[task]
+            if task.cancelled():
+                self.cancelled += 1
+                self.cancelled_tokens += progress.tokens
+            elif task.exception() is not None:
+                self.error = task.exception()
+                return
+            else:
+                self.samples.append({"index": index, "response": task.result()})
+
+
 class _GuardedRolloutRayActor(RolloutRayActor.__ray_actor_class__):
     async def __init__(self, *args, reward_timeout=None, **kwargs):
         try:
@@ -120,43 +144,48 @@ class _GuardedRolloutRayActor(RolloutRayActor.__ray_actor_class__):
 
     async def generate_stream(self, group_id: str, prompt: str, label, sampling_params, max_length: int,
                               hf_tokenizer, indices, images=None):
-        """Generate and score one sample per request index in `indices`, yielding each as it finishes (module
-        docstring). The group can be cancelled meanwhile with `cancel_stream(group_id)`."""
+        """Generate and score one sample per request index in `indices`; each message hands back every sample
+        finished since the last one (module docstring), so the trainer pays one Ray round trip per batch, not per
+        sample. The group can be cancelled meanwhile with `cancel_stream(group_id)`."""
         if group_id in self._streams:
             raise ValueError(f"generate_stream: group {group_id!r} is already running on this engine")
         if not isinstance(self.llm, _CountingEngine):
             self.llm = _CountingEngine(self.llm)
-        loop = asyncio.get_running_loop()
-        tasks = {}
-        for index in indices:
-            progress = _Progress()
-            context = contextvars.copy_context()
-            context.run(_PROGRESS.set, progress)
-            task = loop.create_task(
-                self.executor.execute(prompt=prompt, label=label, sampling_params=sampling_params,
-                                      max_length=max_length, hf_tokenizer=hf_tokenizer, llm_engine=self,
-                                      images=images),
-                context=context,
-            )
-            tasks[task] = (int(index), progress)
+        tasks = self._sample_tasks(indices, dict(prompt=prompt, label=label, sampling_params=sampling_params,
+                                                 max_length=max_length, hf_tokenizer=hf_tokenizer, images=images))
         self._streams[group_id] = tasks
         cancelled = cancelled_tokens = 0
         try:
             pending = set(tasks)
             while pending:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for task in sorted(done, key=lambda t: tasks[t][0]):
-                    index, progress = tasks[task]
-                    if task.cancelled():
-                        cancelled += 1
-                        cancelled_tokens += progress.tokens
-                        continue
-                    yield {"index": index, "response": task.result()}  # a task that raised: the stream raises
-            yield {"end": True, "cancelled": cancelled, "cancelled_tokens": cancelled_tokens}
+                batch = _FinishedBatch(done, tasks)
+                cancelled, cancelled_tokens = cancelled + batch.cancelled, cancelled_tokens + batch.cancelled_tokens
+                message = {"samples": batch.samples}
+                if batch.error is None and not pending:  # the last message also closes the round
+                    message.update(end=True, cancelled=cancelled, cancelled_tokens=cancelled_tokens)
+                if batch.samples or "end" in message:
+                    yield message
+                if batch.error is not None:  # a task that raised: the stream raises, after the samples before it
+                    raise batch.error
         finally:
             self._streams.pop(group_id, None)
             for task in tasks:  # the stream itself failed or was dropped: nothing of it keeps generating
                 task.cancel()
+
+    def _sample_tasks(self, indices, request: dict) -> dict:
+        """One asyncio task per request index running upstream's executor on `request`, each with its own
+        `_Progress` (what its vLLM outputs had reached, for a cancel's token count). Returns {task: (index,
+        progress)}."""
+        loop = asyncio.get_running_loop()
+        tasks = {}
+        for index in indices:
+            progress = _Progress()
+            context = contextvars.copy_context()
+            context.run(_PROGRESS.set, progress)
+            task = loop.create_task(self.executor.execute(**request, llm_engine=self), context=context)
+            tasks[task] = (int(index), progress)
+        return tasks
 
     async def cancel_stream(self, group_id: str) -> int:
         """Cancel the unfinished requests of a running `generate_stream` group (aborting them in vLLM); returns how
