@@ -19,14 +19,16 @@ hurts (below 0), or no difference larger than the interval.
 
     python benchmarks/learning_comparison.py                      # base model, every run of the design, the report
     python benchmarks/learning_comparison.py --settings grpo,ada_est --seeds 1,2   # a part of the table
+    python benchmarks/learning_comparison.py --settings "grpo,ada_est;grpo_adora"  # stage after stage
     python benchmarks/learning_comparison.py --stop-after 2.5     # start no run after 2.5 hours; rerun to continue
     python benchmarks/learning_comparison.py --report-only        # the report from the runs finished so far
     python benchmarks/learning_comparison.py --size-from runs/learning_pilot/runs/grpo_seed1   # seeds for a budget
 
-Runs go one at a time, in an order rotated by seed (seed 1: A B C D, seed 2: B C D A, ...) so that changing load
-affects the settings alike, and seed by seed, so that a part of the design stopped early holds whole seeds. A finished
-run (`done.json` in its folder) is not redone; an interrupted run continues from its last checkpoint
-(`--ckpt.load_enable`), or starts over cleanly when it has none. The 1-minute load average is recorded every 5 s of
+Runs go one at a time, stage by stage (`--settings`: stages separated by ';'), within a stage seed by seed in an order
+rotated by seed (seed 1: A B C D, seed 2: B C D A, ...) so that changing load affects the settings alike, and so that
+a part of the design stopped early holds the first stages' settings with every seed. A finished run (`done.json` in
+its folder) is not redone; an interrupted run continues from its last checkpoint (`--ckpt.load_enable`), or starts
+over cleanly when it has none. The 1-minute load average is recorded every 5 s of
 each run (`<run>/load.jsonl`): accuracy per token does not depend on the load, the time axis does. Progress: one line
 per training step of the run in progress. Each run's train_local command is in `<run>/command.txt`, its output in
 `<run>/train.log`, every invocation of this script in `<out>/invocations.log`; compare's own files (settings.md,
@@ -156,6 +158,12 @@ def difficulty_counts(path: str) -> Dict[str, int]:
 
 
 # -- runs --------------------------------------------------------------------------------------------------------
+def plan_order(stages: List[List[str]], seeds: List[int]) -> List[tuple]:
+    """Stage after stage (--settings A,B;C;D), each stage's runs seed by seed in the rotated order of run_order: a
+    design stopped part-way holds the first stages' settings with every seed."""
+    return [run for stage in stages for run in run_order(stage, seeds)]
+
+
 def run_order(settings: List[str], seeds: List[int]) -> List[tuple]:
     """Seed by seed, the settings rotated by the seed's position: each setting runs early and late alike."""
     order = []
@@ -768,14 +776,16 @@ def report(a, base: Optional[dict], train: str, heldout: str) -> str:
 
 # -- main --------------------------------------------------------------------------------------------------------
 DEFAULT_SEEDS = "1,2,3,4,5,6"
+DEFAULT_PLAN = "grpo,ada_est;grpo_adora;ada;grpo_n8;ada_adora"
 
 
 def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--settings", default=",".join(SETTINGS),
+    p.add_argument("--settings", default=DEFAULT_PLAN,
                    help=f"comma-separated, of {', '.join(f'{k} ({v[0]})' for k, v in SETTINGS.items())}; the paired "
-                        f"differences are against {REFERENCE}")
+                        f"differences are against {REFERENCE}. Stages separated by ';' run one after the other, each "
+                        "seed by seed (the default: the plan in docs/learning.md, in its order of priority)")
     p.add_argument("--seeds", default=DEFAULT_SEEDS, help="comma-separated --train.seed values")
     p.add_argument("--budget", type=int, default=8000, help="generated tokens per run")
     p.add_argument("--eval-points", type=int, default=3, help="evaluations during the budget (plus before training)")
@@ -813,7 +823,9 @@ def parse(argv=None):
                    "times before the next run starts")
     p.add_argument("--retry-pause", type=float, default=60.0, help="seconds before trying a failed run again")
     a = p.parse_args(argv)
-    a.settings = [s for s in a.settings.split(",") if s]
+    a.stages = [[s for s in stage.split(",") if s] for stage in a.settings.split(";")]
+    a.stages = [stage for stage in a.stages if stage]
+    a.settings = [s for stage in a.stages for s in stage]
     unknown = [s for s in a.settings if s not in SETTINGS]
     if unknown or not a.settings or len(set(a.settings)) != len(a.settings):
         p.error(f"--settings: unknown {unknown} or repeated; choose from {', '.join(SETTINGS)}")
@@ -891,7 +903,7 @@ def main(argv=None) -> int:
         model = smollm2_checkpoint()
     started = time.time()
     base = None if a.no_base and not base_done else measure_base(a, model, train, heldout)
-    order = run_order(a.settings, a.seeds)
+    order = plan_order(a.stages, a.seeds)
     print(f"[learning] {len(order)} runs, in this order: {', '.join(f'{n}/{s}' for n, s in order)}; "
           f"{a.budget} tokens each; out {a.out}", flush=True)
     failed, stopped = [], []

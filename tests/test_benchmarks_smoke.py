@@ -293,6 +293,11 @@ def test_learning_runs_rotate_settings_by_seed(lc):
     order = lc.run_order(["a", "b", "c", "d"], [1, 2, 3])
     assert order == [("a", 1), ("b", 1), ("c", 1), ("d", 1), ("b", 2), ("c", 2), ("d", 2), ("a", 2),
                      ("c", 3), ("d", 3), ("a", 3), ("b", 3)]
+    # stages one after the other, each rotated by seed
+    assert lc.plan_order([["a", "b"], ["c"]], [1, 2]) == [("a", 1), ("b", 1), ("b", 2), ("a", 2), ("c", 1), ("c", 2)]
+    a = lc.parse(["--settings", "grpo,ada_est;ada;grpo_n8"])
+    assert a.stages == [["grpo", "ada_est"], ["ada"], ["grpo_n8"]] and a.settings == ["grpo", "ada_est", "ada", "grpo_n8"]
+    assert sorted(lc.parse([]).settings) == sorted(lc.SETTINGS)  # the default plan holds every setting once
 
 
 def test_learning_leftover_processes_found_by_marker_and_ended(lc):
@@ -314,6 +319,10 @@ def test_learning_refuses_bad_arguments(lc, tmp_path):
         lc.parse(["--settings", "grpo,dapo"])
     with pytest.raises(SystemExit):
         lc.parse(["--seeds", "1,1"])
+    with pytest.raises(SystemExit):
+        lc.parse(["--settings", "grpo;grpo"])
+    with pytest.raises(SystemExit):
+        lc.parse(["--avg-temperature", "0"])
 
 
 def test_learning_settings_are_the_six_of_the_design(lc):
