@@ -467,7 +467,12 @@ def sizing(summary: dict, target: float = TARGET_HALF_WIDTH, hours: float = 5.0,
                          "hours": base_hours + settings * seeds * run_hours,
                          "half_width": paired_half_width(sd_difference, seeds), "fits": fit is not None and
                          seeds <= fit})
+    sensitivity = {}
+    for factor in (0.5, 1.5):  # the training part of the spread, which two seeds per setting pin down poorly
+        sd = math.sqrt(2.0 * ((factor * spread["train_sd"]) ** 2 + pilot["se"] ** 2))
+        sensitivity[factor] = {"sd_difference": sd, "seeds_needed": seeds_needed(sd, target)}
     return {"pilot": pilot, "spread": spread, "run_sd": run_sd, "sd_difference": sd_difference,
+            "sensitivity": sensitivity,
             "run_hours": run_hours, "base_hours": base_hours, "seeds_needed": needed, "target": target,
             "hours": hours, "designs": rows}
 
@@ -487,8 +492,10 @@ def sizing_text(s: dict) -> str:
         f"One run's sd on the pilot's metric: sqrt({e['train_sd']:.4f}^2 + {p['se']:.4f}^2) = {s['run_sd']:.4f}; a "
         f"paired difference of uncorrelated runs: sqrt(2) x {s['run_sd']:.4f} = {s['sd_difference']:.4f}; expected "
         f"half-width t(0.975, n - 1) x {s['sd_difference']:.4f} / sqrt(n).",
-        f"Seeds for a half-width of {s['target']}: {s['seeds_needed']}. One run {s['run_hours'] * 60:.1f} min, the "
-        f"base model {s['base_hours'] * 60:.1f} min (estimated).",
+        f"Seeds for a half-width of {s['target']}: {s['seeds_needed']}"
+        + "".join(f"; with the training part x {factor:g}: {v['seeds_needed']} (sd of a difference "
+                  f"{v['sd_difference']:.4f})" for factor, v in s["sensitivity"].items())
+        + f". One run {s['run_hours'] * 60:.1f} min, the base model {s['base_hours'] * 60:.1f} min (estimated).",
         "",
         "| settings | seeds | runs | machine hours | expected paired half-width | within " f"{s['hours']:g} h |",
         "|---|---|---|---|---|---|",

@@ -470,6 +470,10 @@ def test_learning_sizing_by_hand(lc):
     # within 5 h: 6 settings x n x 600 s + 280 s <= 18000 s -> n <= 4; 2 settings -> n <= 14
     assert max(r["seeds"] for r in s["designs"] if r["settings"] == 6 and r["fits"]) == 4
     assert max(r["seeds"] for r in s["designs"] if r["settings"] == 2 and r["fits"]) == 14
+    # half the training part: 2 x (0.00118945 / 4 + 0.0004) = 0.00139473 (sd 0.037346); 8 seeds: 2.364624 x
+    # 0.037346 / sqrt(8) = 0.031222 > 0.03; 9 seeds: 2.306004 x 0.037346 / 3 = 0.028707
+    half = s["sensitivity"][0.5]
+    assert half["sd_difference"] == pytest.approx(0.037346, abs=1e-6) and half["seeds_needed"] == 9
     text = lc.sizing_text(s)
     assert "Seeds for a half-width of 0.03: 17" in text and "| 6 | 17 | 102 | 17.1 | 0.0290 | no |" in text
 
