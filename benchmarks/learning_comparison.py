@@ -275,6 +275,13 @@ def run_one(a, name: str, seed: int, model: str, train: str, heldout: str, index
     return None
 
 
+def train_argv(a, name: str, seed: int, model: str, train: str, heldout: str, resume: bool) -> List[str]:
+    """train_local's arguments for one run of a setting and seed (continuing from its checkpoint, or afresh)."""
+    return ["--actor.model_name_or_path", model, "--data.prompt_dataset", train, "--eval.dataset", heldout,
+            "--local.output_dir", run_dir(a, name, seed), "--train.seed", str(seed), *common_flags(a),
+            *SETTINGS[name][1], "--ckpt.load_enable" if resume else "--local.overwrite"]
+
+
 def attempt_run(a, name: str, seed: int, model: str, train: str, heldout: str, index: int, total: int,
                 started: float) -> Optional[dict]:
     from openrlhf_ada.utils.checkpoint_dir import find_checkpoint
@@ -283,9 +290,7 @@ def attempt_run(a, name: str, seed: int, model: str, train: str, heldout: str, i
     done = os.path.join(folder, "done.json")
     os.makedirs(folder, exist_ok=True)
     resume = find_checkpoint(os.path.join(folder, "ckpt")) is not None
-    argv = ["--actor.model_name_or_path", model, "--data.prompt_dataset", train, "--eval.dataset", heldout,
-            "--local.output_dir", folder, "--train.seed", str(seed), *common_flags(a), *SETTINGS[name][1],
-            "--ckpt.load_enable" if resume else "--local.overwrite"]
+    argv = train_argv(a, name, seed, model, train, heldout, resume)
     command = [sys.executable, "-m", "openrlhf_ada.cli.train_local", *argv]
     with open(os.path.join(folder, "command.txt"), "a", encoding="utf-8") as f:
         f.write(shlex.join(["python", "-m", "openrlhf_ada.cli.train_local", *argv]) + "\n")

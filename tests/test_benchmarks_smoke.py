@@ -350,6 +350,26 @@ def test_learning_settings_are_the_six_of_the_design(lc):
     assert "--eval.avg_k" not in lc.common_flags(lc.parse(["--avg-k", "0"]))
 
 
+@pytest.mark.parametrize("name", ["grpo", "grpo_n8", "grpo_adora", "ada", "ada_est", "ada_adora"])
+def test_learning_settings_pass_train_locals_checks(lc, tmp_path, name):
+    """Each setting's train_local arguments, as a run gets them, pass train_local's own parsing and checks (the
+    project's flag validation: Est with group_norm, ADORA with Seq, avg@k), with the setting's n and strategy."""
+    from openrlhf_ada.cli.train_local import parse_local_args
+
+    model = tmp_path / "model"
+    model.mkdir()
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps({"input": "What is 1 + 2?", "label": "3", "datasource": "easy"}) + "\n")
+    a = lc.parse(["--out", str(tmp_path / "out")])
+    args = parse_local_args(lc.train_argv(a, name, 5, str(model), str(data), str(data), resume=False))
+    assert args.train.seed == 5 and args.eval.avg_k == 8 and args.eval.temperature == 0
+    assert args.local.max_generated_tokens == 8000 and args.local.output_dir == lc.run_dir(a, name, 5)
+    assert args.rollout.n_samples_per_prompt == (8 if name in ("grpo_n8", "ada_est") else 4)
+    assert (args.ada.enable, args.adora.enable) == (name.startswith("ada"), name.endswith("adora"))
+    if args.ada.enable:
+        assert args.ada.strategy == ("est" if name == "ada_est" else "seq")
+
+
 def test_learning_verdict_rule(lc):
     assert lc.verdict({"n": 3, "mean": 0.05, "low": 0.01, "high": 0.09}) == "helps"
     assert lc.verdict({"n": 3, "mean": -0.05, "low": -0.09, "high": -0.01}) == "hurts"
