@@ -723,7 +723,12 @@ def report(a, base: Optional[dict], train: str, heldout: str) -> str:
         lines.append(f"Machine time of these {len(runs)} runs: {hours:.2f} hours (each run's train_local processes, "
                      "start-up and evaluations included; the base model's measurement not).")
         lines.append("")
-    result, settings, notes = settings_statistics(a, runs) if runs else (None, [], [])
+    from openrlhf_ada.cli.compare import CompareError
+
+    try:
+        result, settings, notes = settings_statistics(a, runs) if runs else (None, [], [])
+    except CompareError as e:  # e.g. runs evaluated on other held-out problems: say so, keep the rest of the report
+        result, settings, notes = None, [], [f"compare refused these runs: {e}"]
     from openrlhf_ada.utils.heldout import ACCURACY, AVG_AT_K
 
     if result is not None:

@@ -459,6 +459,12 @@ def test_learning_report_uses_compare_statistics_by_hand(lc, tmp_path):
         "GRPO n=4", "GRPO + ADORA", "Reinforce-Ada-Est"]
     text = (tmp_path / "learning.md").read_text()
     assert text.count("<!-- BEGIN learning_comparison -->") == 1 and body in text
+    # a run evaluated on other held-out problems: compare refuses to pair it, the report says so and keeps its rows
+    with open(os.path.join(lc.run_dir(a, "ada_est", 2), "config.json"), "w") as f:
+        json.dump({"train.seed": 2, "eval.problems_sha256": "other"}, f)
+    body = lc.report(a, None, str(data), str(data))
+    assert "compare refused these runs" in body and "different held-out problems" in body
+    assert "| Reinforce-Ada-Est | 2 |" in body and "**Primary metrics**" not in body
 
 
 def test_learning_sizing_by_hand(lc):
