@@ -22,7 +22,7 @@ hurts (below 0), or no difference larger than the interval.
     python benchmarks/learning_comparison.py --settings "grpo,ada_est;grpo_adora"  # stage after stage
     python benchmarks/learning_comparison.py --stop-after 2.5     # start no run after 2.5 hours; rerun to continue
     python benchmarks/learning_comparison.py --report-only        # the report from the runs finished so far
-    python benchmarks/learning_comparison.py --size-from runs/learning_pilot/runs/grpo_seed1   # seeds for a budget
+    python benchmarks/learning_comparison.py --size-from runs/learning_pilot2/runs/grpo_seed1   # seeds for a budget
 
 Runs go one at a time, stage by stage (`--settings`: stages separated by ';'), within a stage seed by seed in an order
 rotated by seed (seed 1: A B C D, seed 2: B C D A, ...) so that changing load affects the settings alike, and so that
@@ -792,7 +792,7 @@ def report(a, base: Optional[dict], train: str, heldout: str) -> str:
 
 
 # -- main --------------------------------------------------------------------------------------------------------
-DEFAULT_SEEDS = "1,2,3,4,5,6"
+DEFAULT_SEEDS = "1,2,3,4,5,6,7"
 DEFAULT_PLAN = "grpo,ada_est;grpo_adora;ada;grpo_n8;ada_adora"
 
 
@@ -805,10 +805,10 @@ def parse(argv=None):
                         "seed by seed (the default: the plan in docs/learning.md, in its order of priority)")
     p.add_argument("--seeds", default=DEFAULT_SEEDS, help="comma-separated --train.seed values")
     p.add_argument("--budget", type=int, default=8000, help="generated tokens per run")
-    p.add_argument("--eval-points", type=int, default=3, help="evaluations during the budget (plus before training)")
+    p.add_argument("--eval-points", type=int, default=2, help="evaluations during the budget (plus before training)")
     p.add_argument("--train-size", type=int, default=400)
-    p.add_argument("--eval-size", type=int, default=200)
-    p.add_argument("--avg-k", type=int, default=8, help="samples per held-out problem for avg@k at every evaluation "
+    p.add_argument("--eval-size", type=int, default=100)
+    p.add_argument("--avg-k", type=int, default=4, help="samples per held-out problem for avg@k at every evaluation "
                    "(train_local's --eval.avg_k; 0: greedy only)")
     p.add_argument("--avg-temperature", type=float, default=1.0, help="temperature of the avg@k samples (the "
                    "training's)")

@@ -362,7 +362,7 @@ def test_learning_settings_pass_train_locals_checks(lc, tmp_path, name):
     data.write_text(json.dumps({"input": "What is 1 + 2?", "label": "3", "datasource": "easy"}) + "\n")
     a = lc.parse(["--out", str(tmp_path / "out")])
     args = parse_local_args(lc.train_argv(a, name, 5, str(model), str(data), str(data), resume=False))
-    assert args.train.seed == 5 and args.eval.avg_k == 8 and args.eval.temperature == 0
+    assert args.train.seed == 5 and args.eval.avg_k == 4 and args.eval.temperature == 0
     assert args.local.max_generated_tokens == 8000 and args.local.output_dir == lc.run_dir(a, name, 5)
     assert args.rollout.n_samples_per_prompt == (8 if name in ("grpo_n8", "ada_est") else 4)
     assert (args.ada.enable, args.adora.enable) == (name.startswith("ada"), name.endswith("adora"))
