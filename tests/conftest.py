@@ -120,37 +120,56 @@ def run_python():
     return run
 
 
-@pytest.fixture
-def shm_segments_left():
-    """`f()`: the vLLM shared-memory segments (/dev/shm/psm_*) there now; `f(since)`: those that appeared since and
-    stay behind with no live process mapping them (waiting up to 15 s for killed engine processes to go).
+class ShmWatch:
+    """`watch()`: the vLLM shared-memory segments (/dev/shm/psm_*) there now; `watch(since)`: those that appeared since
+    and stay behind with no live process mapping them (waiting up to 15 s for killed engine processes to go).
 
     Only segments that a process under this test process mapped count: with the suite in two test processes
     (`pytest -n 2`), the other one's engines create and leave segments meanwhile. A thread records this process
-    tree's mappings every second while the test runs; an engine lives far longer than that."""
-    import threading
+    tree's mappings every second while the watch is open; an engine lives far longer than that."""
 
-    from openrlhf_ada.utils.shm_leftovers import mapped_segments, orphans, segments
+    def __init__(self):
+        import threading
 
-    seen, stop = set(), threading.Event()
+        from openrlhf_ada.utils.shm_leftovers import mapped_segments
 
-    def watch():
-        while not stop.wait(1.0):
-            seen.update(mapped_segments([os.getpid()]))
+        self._mapped = mapped_segments
+        self.seen, self._stop = set(), threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="shm-watch", daemon=True)
+        self._thread.start()
 
-    watcher = threading.Thread(target=watch, name="shm-watch", daemon=True)
-    watcher.start()
+    def _watch(self):
+        while not self._stop.wait(1.0):
+            self.seen.update(self._mapped([os.getpid()]))
 
-    def left(since=None, wait=15.0):
+    def __call__(self, since=None, wait=15.0):
+        from openrlhf_ada.utils.shm_leftovers import orphans, segments
+
         if since is None:
             return segments()
-        seen.update(mapped_segments([os.getpid()]))
+        self.seen.update(self._mapped([os.getpid()]))
         _wait_until_unmapped(since, wait)
-        return [path for path in orphans(since) if path in seen]
+        return [path for path in orphans(since) if path in self.seen]
 
-    yield left
-    stop.set()
-    watcher.join()
+    def close(self):
+        self._stop.set()
+        self._thread.join()
+
+
+@pytest.fixture
+def shm_segments_left():
+    """`f()` / `f(since)` of a ShmWatch open for the test: the segments there now / those left behind since."""
+    watch = ShmWatch()
+    yield watch
+    watch.close()
+
+
+@pytest.fixture(scope="module")
+def shm_watch_module():
+    """A ShmWatch open for the whole module (for a resource that several tests share, e.g. one Ray cluster)."""
+    watch = ShmWatch()
+    yield watch
+    watch.close()
 
 
 @pytest.fixture

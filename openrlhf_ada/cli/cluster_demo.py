@@ -6,7 +6,8 @@ cluster user runs it, without a GPU.
    demo's chain_sum arithmetic (`openrlhf_ada/rewards/gym.py`);
 2. a private Ray cluster (`ray start --head`, its own ports and temp dir; `--nodes 2` adds a second node with
    `ray start --address`), each node declaring `--gpus` logical GPUs for upstream's {"GPU": 1, "CPU": 1} bundles;
-3. `examples/scripts/train_adora_reinforce_ada.sh` submitted through `ray job submit`, unchanged: the CPU settings
+3. a shipped script (`examples/scripts/train_adora_reinforce_ada.sh` unless `--script` names another, e.g.
+   `train_reinforce_ada_est.sh`) submitted through `ray job submit`, unchanged: the CPU settings
    are the script's environment variables (OPENRLHF_ADA_CPU=1, MODEL, DATA, NUM_GPUS, RAY_ADDRESS, ...) and extra
    launcher arguments sized for 2 cores (small batches and lengths, vLLM memory); the script's GPU defaults stay;
    the CPU mode switches what cannot run on CPU and says so in the log;
@@ -32,19 +33,25 @@ import openrlhf_ada  # noqa: F401
 from openrlhf_ada.utils.local_ray import LocalRayCluster
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCRIPT = os.path.join(REPO, "examples", "scripts", "train_adora_reinforce_ada.sh")
+SCRIPTS = os.path.join(REPO, "examples", "scripts")
+SCRIPT = os.path.join(SCRIPTS, "train_adora_reinforce_ada.sh")
+#: The shipped training scripts `--script` takes (each submits the cluster launcher with `ray job submit`).
+TRAINING_SCRIPTS = ("train_adora_reinforce_ada.sh", "train_reinforce_ada.sh", "train_adora_grpo.sh",
+                    "train_reinforce_ada_est.sh")
 
 # Sized for 2 CPU cores and 24 GB (measured: see README). The script's own flags (ZeRO-3, colocation, sleep,
 # the algorithms' settings) stay as they are; these come after them and win. The engines' KV cache is sized from
 # these shapes in the CPU mode (openrlhf_ada/utils/kv_cache.py), whatever the script's --vllm.gpu_memory_utilization.
+# 4 samples per prompt whatever the script's n (8 in the GRPO and Est scripts), so that every script's step is the
+# train batch of 32 samples.
 TINY_ARGS = [
-    "--rollout.batch_size", "8", "--rollout.micro_batch_size", "4", "--train.batch_size", "32",
+    "--rollout.batch_size", "8", "--rollout.n_samples_per_prompt", "4", "--rollout.micro_batch_size", "4", "--train.batch_size", "32",
     "--train.micro_batch_size", "4", "--rollout.max_new_tokens", "16", "--data.max_len", "64",
     "--actor.adam.lr", "2e-3", "--actor.lr_warmup_ratio", "0",
     "--train.num_episodes", "1", "--ckpt.save_steps", "4", "--ckpt.max_num", "1", "--logger.logging_steps", "1",
 ]
 SMOLLM2_ARGS = [
-    "--rollout.batch_size", "8", "--rollout.micro_batch_size", "4", "--train.batch_size", "32",
+    "--rollout.batch_size", "8", "--rollout.n_samples_per_prompt", "4", "--rollout.micro_batch_size", "4", "--train.batch_size", "32",
     "--train.micro_batch_size", "2", "--rollout.max_new_tokens", "24", "--data.max_len", "128",
     "--actor.adam.lr", "1e-5", "--actor.lr_warmup_ratio", "0",
     "--train.num_episodes", "1", "--ckpt.save_steps", "4", "--ckpt.max_num", "1", "--logger.logging_steps", "1",
@@ -73,12 +80,13 @@ def prepare(model: str, out: str, prompts: int, seed: int) -> dict:
     return {"MODEL": model_path, "DATA": data, "REWARD_FILE": reward, "INPUT_KEY": "input", "LABEL_KEY": "label"}
 
 
-def submit(cluster: LocalRayCluster, env_vars: dict, extra: list, log_path: str, timeout: float) -> int:
-    """Run the shipped script against `cluster` (it calls `ray job submit`, which follows the job's log); the
-    output goes to this terminal and to `log_path`. Returns the script's exit status."""
+def submit(cluster: LocalRayCluster, env_vars: dict, extra: list, log_path: str, timeout: float,
+           script: str = SCRIPT) -> int:
+    """Run a shipped script (default: SCRIPT) against `cluster` (it calls `ray job submit`, which follows the job's
+    log); the output goes to this terminal and to `log_path`. Returns the script's exit status."""
     env = {**cluster.env, "RAY_ADDRESS": cluster.dashboard_url, "OPENRLHF_ADA_CPU": "1", **env_vars}
     with open(log_path, "w", encoding="utf-8") as log:
-        proc = subprocess.Popen(["bash", SCRIPT, *extra], env=env, cwd=REPO, stdout=subprocess.PIPE,
+        proc = subprocess.Popen(["bash", script, *extra], env=env, cwd=REPO, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, bufsize=1)
         deadline = time.time() + timeout
         try:
@@ -124,8 +132,11 @@ def main(argv=None) -> int:
                         help="logical GPUs per node (the script's NUM_GPUS): actor ranks = vLLM engines per node")
     parser.add_argument("--prompts", type=int, default=64, help="training prompts (one episode)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--script", choices=TRAINING_SCRIPTS, default=os.path.basename(SCRIPT),
+                        help="the shipped script in examples/scripts/ to submit, unchanged")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds the job may take")
     args = parser.parse_args(argv)
+    script = os.path.join(SCRIPTS, args.script)
 
     started = time.time()
     out = os.path.abspath(args.out)
@@ -145,9 +156,9 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops the cluster too, as Ctrl-C does
     try:
         with cluster:
-            print(f"[cluster-demo] Ray is up at {cluster.dashboard_url}; submitting {os.path.relpath(SCRIPT, REPO)} "
+            print(f"[cluster-demo] Ray is up at {cluster.dashboard_url}; submitting {os.path.relpath(script, REPO)} "
                   "with ray job submit", flush=True)
-            status = submit(cluster, env_vars, script_args, os.path.join(out, "job.log"), args.timeout)
+            status = submit(cluster, env_vars, script_args, os.path.join(out, "job.log"), args.timeout, script)
             print("[cluster-demo] stopping the Ray cluster", flush=True)
     except KeyboardInterrupt:
         print("\n[cluster-demo] interrupted; the Ray cluster is stopped", file=sys.stderr)
