@@ -8,8 +8,6 @@ Every expected value below is derived by hand from the scripts."""
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 import time
 import uuid
@@ -327,7 +325,7 @@ def local_argv(tmp_path, model, out, steps):
     data.write_text("".join(json.dumps({"input": f"Count to {i}:", "label": lab}) + "\n"
                             for i, lab in enumerate(labels)))
     (tmp_path / "reward.py").write_text(LOCAL_REWARD)
-    return [sys.executable, "-m", "openrlhf_ada.cli.train_local", "--actor.model_name_or_path", model,
+    return ["--actor.model_name_or_path", model,
             "--data.prompt_dataset", str(data), "--data.label_key", "label", "--reward.remote_url",
             str(tmp_path / "reward.py"), "--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt",
             "4", "--rollout.batch_size", "2", "--rollout.max_new_tokens", "2", "--data.max_len", "32",
@@ -336,16 +334,16 @@ def local_argv(tmp_path, model, out, steps):
             "--ada.history", "--ada.history_skip", "1"]
 
 
-def test_train_local_keeps_the_history_in_its_checkpoint(tmp_path, tiny_llama_path):
+def test_train_local_keeps_the_history_in_its_checkpoint(tmp_path, tiny_llama_path, ray_local):
     """6 prompts, 2 per step: epoch 0 trains all of them (steps 1-3); the all-correct and the all-wrong prompt are
     skipped from then on, so epochs 1 and 2 train the 4 others in 2 steps each (steps 4-5, 6-7), skipping 2 prompts
-    per epoch. A run stopped after step 4 (inside epoch 1) and resumed gives the same steps as one straight run."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    per epoch. A run stopped after step 4 (inside epoch 1) and resumed gives the same steps as one straight run.
+    The runs are train_local's `run` in this process, on the suite's local Ray."""
+    from openrlhf_ada.cli.train_local import parse_local_args
+    from openrlhf_ada.cli.train_local import run as train_local
 
     def run(out, steps, *extra):
-        proc = subprocess.run(local_argv(tmp_path, tiny_llama_path, out, steps) + list(extra), env=env,
-                              capture_output=True, text=True, timeout=400)
-        assert proc.returncode == 0, proc.stderr[-3000:]
+        train_local(parse_local_args(local_argv(tmp_path, tiny_llama_path, out, steps) + list(extra)))
         return read_metrics(str(out))
 
     straight = run(tmp_path / "straight", 7)

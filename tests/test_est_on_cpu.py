@@ -1,17 +1,17 @@
 """Reinforce-Ada-Est end to end in train_local (the hf engine): the allocation from the estimator, the groups of
-varying size trained, and a resume that carries the estimator's state."""
+varying size trained, and a resume that carries the estimator's state. The runs are train_local's `run` in this
+process, on the suite's local Ray (no interpreter and Ray start-up of their own)."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from hashlib import sha256
 
 import pytest
 
+from openrlhf_ada.cli.train_local import parse_local_args
+from openrlhf_ada.cli.train_local import run as train_local
 from openrlhf_ada.utils.metrics_log import read_metrics
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -42,7 +42,7 @@ def argv(tmp_path, model, out, steps):
     data.write_text("".join(json.dumps({"input": f"Count to {i}:", "label": lab}) + "\n"
                             for i, lab in enumerate(LABELS)))
     (tmp_path / "reward.py").write_text(REWARD)
-    return [sys.executable, "-m", "openrlhf_ada.cli.train_local", "--actor.model_name_or_path", model,
+    return ["--actor.model_name_or_path", model,
             "--data.prompt_dataset", str(data), "--data.label_key", "label", "--reward.remote_url",
             str(tmp_path / "reward.py"), "--algo.advantage.estimator", "dr_grpo", "--rollout.n_samples_per_prompt",
             "4", "--rollout.batch_size", "6", "--rollout.max_new_tokens", "2", "--data.max_len", "32",
@@ -50,19 +50,16 @@ def argv(tmp_path, model, out, steps):
             "--ckpt.save_steps", "-1", "--ada.enable", "--ada.strategy", "est"]
 
 
-def test_train_local_runs_est_and_resumes_its_estimator(tmp_path, tiny_llama_path):
+def test_train_local_runs_est_and_resumes_its_estimator(tmp_path, tiny_llama_path, ray_local):
     """One step is one epoch (6 prompts, batch 6). Step 1: every prompt unseen, p_hat 1/2 for all -> 4 each (24).
     Recorded: '1' (4 of 4 correct), '0' (0 of 4), each 'mix' (2 of 4). Step 2: p_hat = 5/6, 1/6 and 1/2; weights
     1/sqrt(p) + 0.01 = 1.1054, 2.4595, 1.4242 (x4), sum 9.2617; shares of 24: 2.864, 6.373, 3.691 (x4); floors 2, 6,
     3 (x4) = 20; the 4 missing go to the largest fractions (.864, then three of the .691) -> sizes 3, 6, 4, 4, 4, 3.
     Rewards: '1' 1.0, '0' 0.0, the mix prompts with 4 samples 0.5, the one with 3 (its 5th-7th: 0, 1, 0) 1/3.
     Cov(N, r) = mean((N - 4)(r - 17/36)) = (-(1 - 17/36) - 2 (17/36) + (-1)(1/3 - 17/36)) / 6 = -2/9."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
     def run(out, steps, *extra):
-        proc = subprocess.run(argv(tmp_path, tiny_llama_path, out, steps) + list(extra), env=env,
-                              capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, proc.stderr[-3000:]
+        train_local(parse_local_args(argv(tmp_path, tiny_llama_path, out, steps) + list(extra)))
         return read_metrics(str(out))
 
     straight = run(tmp_path / "straight", 2)
