@@ -8,6 +8,7 @@ one request at a time (`max_num_seqs=1`), so a round of n requests of 480 tokens
 one long silence for a watchdog that counts only finished rounds.
 """
 
+import math
 import os
 import signal
 import threading
@@ -126,17 +127,30 @@ def engine_core(engine) -> psutil.Process:
     return cores[0]
 
 
+def requests_for_a_long_round(engine, model, timeout: float) -> int:
+    """How many requests of TOKENS tokens, one after the other, take this engine about 6 timeouts now: one request
+    is timed first (a round of 2, halved: the estimator needs 2 samples a prompt; the engine's speed depends on what else the machine runs: 8 took 6.7 s with the machine to
+    itself, far longer beside the other test process), so the round outlasts 3 timeouts even if the engine gets
+    twice as fast meanwhile."""
+    gen, _ = make_generator(engine, model, n=2, timeout=600)
+    gen.generate_samples(**gen_kwargs(TOKENS))
+    one = gen.last_metrics["ada/generation_seconds"] / 2
+    return min(64, max(8, math.ceil(6 * timeout / one)))
+
+
 @pytest.mark.slow
 def test_a_slow_generation_that_makes_tokens_is_not_stopped(engine, tiny_llama_path):
-    """8 requests of 480 tokens one after the other: the round, the only rollout of the step, comes back after all
-    of them, many timeouts later; tokens flow all along, so the step completes."""
-    gen, label = make_generator(engine, tiny_llama_path, n=8)
+    """n requests of 480 tokens one after the other, n sized from the engine's speed for a round of about 6
+    timeouts: the round, the only rollout of the step, comes back after all of them, many timeouts later; tokens
+    flow all along, so the step completes."""
+    n = requests_for_a_long_round(engine, tiny_llama_path, TIMEOUT)
+    gen, label = make_generator(engine, tiny_llama_path, n=n)
     before = ray.get(engine.vllm_generation_tokens.remote())
     samples, _, consumed, _ = gen.generate_samples(**gen_kwargs(TOKENS))
     seconds = gen.last_metrics["ada/generation_seconds"]
-    assert consumed == 1 and len(samples) == 8 and {e.labels[0] for e in samples} == {label}
+    assert consumed == 1 and len(samples) == n and {e.labels[0] for e in samples} == {label}
     assert all(e.response_length.item() == TOKENS for e in samples)
-    assert ray.get(engine.vllm_generation_tokens.remote()) - before == 8 * TOKENS
+    assert ray.get(engine.vllm_generation_tokens.remote()) - before == n * TOKENS
     assert seconds > 3 * TIMEOUT, f"the round took {seconds:.1f}s: too short to show anything"
 
 
