@@ -128,10 +128,10 @@ def engine_core(engine) -> psutil.Process:
 
 
 def requests_for_a_long_round(engine, model, timeout: float) -> int:
-    """How many requests of TOKENS tokens, one after the other, take this engine about 6 timeouts now: one request
-    is timed first (a round of 2, halved: the estimator needs 2 samples a prompt; the engine's speed depends on what else the machine runs: 8 took 6.7 s with the machine to
-    itself, far longer beside the other test process), so the round outlasts 3 timeouts even if the engine gets
-    twice as fast meanwhile."""
+    """How many requests of TOKENS tokens, one after the other, take this engine about 6 timeouts now. A round of 2
+    is timed first (the estimator needs 2 samples a prompt), since the engine's speed depends on what else the
+    machine runs: 8 requests took 6.7 s with the machine to itself, far longer beside the other test process. The
+    round then outlasts 3 timeouts even if the engine gets twice as fast meanwhile."""
     gen, _ = make_generator(engine, model, n=2, timeout=600)
     gen.generate_samples(**gen_kwargs(TOKENS))
     one = gen.last_metrics["ada/generation_seconds"] / 2
