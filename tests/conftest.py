@@ -131,23 +131,22 @@ class ShmWatch:
     def __init__(self):
         import threading
 
-        from openrlhf_ada.utils.shm_leftovers import mapped_segments
-
-        self._mapped = mapped_segments
         self.seen, self._stop = set(), threading.Event()
         self._thread = threading.Thread(target=self._watch, name="shm-watch", daemon=True)
         self._thread.start()
 
     def _watch(self):
+        from openrlhf_ada.utils.shm_leftovers import mapped_segments
+
         while not self._stop.wait(1.0):
-            self.seen.update(self._mapped([os.getpid()]))
+            self.seen.update(mapped_segments([os.getpid()]))
 
     def __call__(self, since=None, wait=15.0):
-        from openrlhf_ada.utils.shm_leftovers import orphans, segments
+        from openrlhf_ada.utils.shm_leftovers import mapped_segments, orphans, segments
 
         if since is None:
             return segments()
-        self.seen.update(self._mapped([os.getpid()]))
+        self.seen.update(mapped_segments([os.getpid()]))
         _wait_until_unmapped(since, wait)
         return [path for path in orphans(since) if path in self.seen]
 

@@ -45,15 +45,15 @@ TRAINING_SCRIPTS = ("train_adora_reinforce_ada.sh", "train_reinforce_ada.sh", "t
 # 4 samples per prompt whatever the script's n (8 in the GRPO and Est scripts), so that every script's step is the
 # train batch of 32 samples.
 TINY_ARGS = [
-    "--rollout.batch_size", "8", "--rollout.n_samples_per_prompt", "4", "--rollout.micro_batch_size", "4", "--train.batch_size", "32",
-    "--train.micro_batch_size", "4", "--rollout.max_new_tokens", "16", "--data.max_len", "64",
-    "--actor.adam.lr", "2e-3", "--actor.lr_warmup_ratio", "0",
+    "--rollout.batch_size", "8", "--rollout.n_samples_per_prompt", "4", "--rollout.micro_batch_size", "4",
+    "--train.batch_size", "32", "--train.micro_batch_size", "4", "--rollout.max_new_tokens", "16",
+    "--data.max_len", "64", "--actor.adam.lr", "2e-3", "--actor.lr_warmup_ratio", "0",
     "--train.num_episodes", "1", "--ckpt.save_steps", "4", "--ckpt.max_num", "1", "--logger.logging_steps", "1",
 ]
 SMOLLM2_ARGS = [
-    "--rollout.batch_size", "8", "--rollout.n_samples_per_prompt", "4", "--rollout.micro_batch_size", "4", "--train.batch_size", "32",
-    "--train.micro_batch_size", "2", "--rollout.max_new_tokens", "24", "--data.max_len", "128",
-    "--actor.adam.lr", "1e-5", "--actor.lr_warmup_ratio", "0",
+    "--rollout.batch_size", "8", "--rollout.n_samples_per_prompt", "4", "--rollout.micro_batch_size", "4",
+    "--train.batch_size", "32", "--train.micro_batch_size", "2", "--rollout.max_new_tokens", "24",
+    "--data.max_len", "128", "--actor.adam.lr", "1e-5", "--actor.lr_warmup_ratio", "0",
     "--train.num_episodes", "1", "--ckpt.save_steps", "4", "--ckpt.max_num", "1", "--logger.logging_steps", "1",
 ]
 
