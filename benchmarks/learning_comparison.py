@@ -820,7 +820,10 @@ def parse(argv=None):
                    "--local.kv_cache_gb; 0: computed from the model and the batch)")
     p.add_argument("--save-steps", type=int, default=5, help="checkpoint every this many steps (for resuming)")
     p.add_argument("--model", default=None, help="model folder (default: SmolLM2-135M-Instruct, converted once)")
-    p.add_argument("--out", default=os.path.join(REPO, "runs", "learning_powered"))
+    p.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results", "learning_powered"),
+                   help="the design's folder: data, base model, runs, compare's files. The default is kept in git "
+                        "(checkpoints aside), so that finished runs survive a fresh clone and the next part "
+                        "continues from them")
     p.add_argument("--doc", default=os.path.join(REPO, "docs", "learning.md"))
     p.add_argument("--img-dir", default=os.path.join(REPO, "docs", "img"))
     p.add_argument("--grid-points", type=int, default=50, help="points of compare's common token grid (bands, "
