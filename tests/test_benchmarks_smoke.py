@@ -314,6 +314,25 @@ def test_learning_leftover_processes_found_by_marker_and_ended(lc):
             p.wait()
 
 
+def test_learning_default_folder_keeps_finished_runs_in_git_but_not_checkpoints(lc):
+    """The design runs in parts, possibly from fresh clones: its default folder's finished runs must be committable
+    (the top .gitignore hides every runs/ folder), its checkpoints must not."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if not os.path.isdir(os.path.join(root, ".git")):
+        pytest.skip("not a git checkout")
+    out = os.path.relpath(lc.parse([]).out, root)
+    run = os.path.join(out, "runs", "grpo_seed9")
+
+    def ignored(path):
+        return subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=root).returncode == 0
+
+    for kept in ("done.json", "metrics.jsonl", "config.json", "load.jsonl", "train.log"):
+        assert not ignored(os.path.join(run, kept)), kept
+    assert not ignored(os.path.join(out, "base", "greedy", "done.json"))
+    assert ignored(os.path.join(run, "ckpt", "global_step5", "model.pt"))
+    assert ignored(os.path.join("runs", "learning", "runs", "grpo_seed1", "done.json"))  # other runs/ stay ignored
+
+
 def test_learning_refuses_bad_arguments(lc, tmp_path):
     with pytest.raises(SystemExit):
         lc.parse(["--settings", "grpo,dapo"])
