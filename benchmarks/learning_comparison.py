@@ -617,7 +617,7 @@ def statistics_table(result: dict, metric: str, what: str) -> List[str]:
                 cells += [_ci(own), "reference", "-", "-"]
             else:
                 hw = half_width(diff)
-                cells += [_ci(own), f"{_ci(diff, signed=True)} ({diff['n']} pairs)",
+                cells += [_ci(own), f"{_ci(diff, signed=True)} ({diff['n']} pair{'s' if diff['n'] != 1 else ''})",
                           "-" if hw is None else f"{hw:.3f}", verdict(diff)]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
@@ -627,14 +627,15 @@ def statistics_table(result: dict, metric: str, what: str) -> List[str]:
 # -- plots -------------------------------------------------------------------------------------------------------
 def band_plots(result: dict, settings, compare_dir: str, img_dir: str) -> List[str]:
     """compare's band plots (mean and 95% interval over seeds against generated tokens) of avg@k and greedy
-    accuracy, copied into img_dir as learning_avg_at_k.png and learning_accuracy.png."""
+    accuracy, copied into img_dir as learning_powered_avg_at_k.png and learning_powered_accuracy.png (not the names
+    of the earlier comparison's images, which the page keeps)."""
     from openrlhf_ada.cli import compare_settings
 
     os.makedirs(img_dir, exist_ok=True)
     written = compare_settings.plot_bands(result, settings, compare_dir)
     names = []
-    for source, target in (("settings_eval_avg_at_k.png", "learning_avg_at_k.png"),
-                           ("settings_eval_accuracy.png", "learning_accuracy.png")):
+    for source, target in (("settings_eval_avg_at_k.png", "learning_powered_avg_at_k.png"),
+                           ("settings_eval_accuracy.png", "learning_powered_accuracy.png")):
         if source in written:
             shutil.copyfile(os.path.join(compare_dir, source), os.path.join(img_dir, target))
             names.append(target)
@@ -643,7 +644,7 @@ def band_plots(result: dict, settings, compare_dir: str, img_dir: str) -> List[s
 
 def time_plot(runs: List[dict], img_dir: str) -> str:
     """Held-out avg@k (greedy accuracy where a run has none) against training wall time, each seed a line: the
-    machine-dependent axis."""
+    machine-dependent axis. Written as learning_powered_time.png (learning_time.png is the earlier comparison's)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -665,9 +666,9 @@ def time_plot(runs: List[dict], img_dir: str) -> str:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(os.path.join(img_dir, "learning_time.png"), dpi=110)
+    fig.savefig(os.path.join(img_dir, "learning_powered_time.png"), dpi=110)
     plt.close(fig)
-    return "learning_time.png"
+    return "learning_powered_time.png"
 
 
 # -- report ------------------------------------------------------------------------------------------------------

@@ -466,9 +466,15 @@ def test_learning_report_uses_compare_statistics_by_hand(lc, tmp_path):
     assert "Reinforce-Ada balance: no seed shared with GRPO n=4" in body
     assert "| Reinforce-Ada balance | 7 | 2 | 200 |" in body  # its run is still in the per-run table
     assert "Machine time of these 10 runs: 0.33 hours" in body  # 10 x 120 s
-    for image in ("learning_avg_at_k.png", "learning_accuracy.png", "learning_time.png"):
+    # the report's images: written, shown in its section, and none of them an image that the page's other sections
+    # show (the earlier comparison's plots are kept as they were measured)
+    page = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "learning.md")).read()
+    outside = page.split("<!-- BEGIN learning_comparison -->")[0] + page.split("<!-- END learning_comparison -->")[1]
+    for image in ("learning_powered_avg_at_k.png", "learning_powered_accuracy.png", "learning_powered_time.png"):
         assert (tmp_path / "img" / image).stat().st_size > 0 and f"]({os.path.relpath(tmp_path / 'img', tmp_path)}" \
             f"/{image})" in body
+        assert f"img/{image}" not in outside
+    assert "img/learning_time.png" in outside  # what the check above guards
     saved = json.loads((tmp_path / "out" / "compare" / "settings.json").read_text())
     curve = next(p for p in next(m for m in saved["metrics"] if m["metric"] == "eval/avg_at_k")["points"]
                  if p["at"] == "curve")["differences"]["Reinforce-Ada-Est"]
@@ -563,9 +569,9 @@ def test_learning_comparison_tiny_run_resumes_and_reports(tmp_path, tiny_llama_p
     text = doc.read_text()
     assert "<!-- BEGIN learning_comparison -->" in text and "| Reinforce-Ada-Est | 3 |" in text
     assert "| GRPO n=4 | 3 |" in text and "Held-out avg@2 at the budget" in text
-    assert "(1 pairs) | - | no verdict (1 paired seed) |" in text  # compare's difference, one seed: no interval
+    assert "(1 pair) | - | no verdict (1 paired seed) |" in text  # compare's difference, one seed: no interval
     assert "--ada.strategy est" in text and "--eval.avg_k 2" in text and "learning_comparison.py --model" in text
-    for image in ("learning_avg_at_k.png", "learning_accuracy.png", "learning_time.png"):
+    for image in ("learning_powered_avg_at_k.png", "learning_powered_accuracy.png", "learning_powered_time.png"):
         assert (tmp_path / "img" / image).stat().st_size > 0, image
     saved = json.loads((out / "compare" / "settings.json").read_text())
     assert [(s["name"], s["seeds"]) for s in saved["settings"]] == [("GRPO n=4", [3]), ("Reinforce-Ada-Est", [3])]
