@@ -447,8 +447,9 @@ def _draw_bands(ax, entry: dict, settings: Sequence[Setting], colors: Dict[str, 
     ax.set_xlabel("generated tokens (cumulative)")
     ax.set_ylabel(AXIS_LABELS.get(metric, metric))
     ax.xaxis.set_major_formatter(EngFormatter())
-    if metric in SHARES or metric.startswith("eval/"):
-        ax.set_ylim(-0.02, 1.02)
+    if metric in SHARES or metric.startswith("eval/"):  # a share: never outside [0, 1], zoomed to the curves
+        low, high = ax.get_ylim()
+        ax.set_ylim(max(low, -0.02), min(high, 1.02))
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="best")
 
