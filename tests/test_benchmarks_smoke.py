@@ -13,7 +13,8 @@ import pytest
 
 from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool, make_rng, step_metrics
 
-BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCHMARKS = os.path.join(REPO, "benchmarks")
 
 
 def load(name):
@@ -317,14 +318,13 @@ def test_learning_leftover_processes_found_by_marker_and_ended(lc):
 def test_learning_default_folder_keeps_finished_runs_in_git_but_not_checkpoints(lc):
     """The design runs in parts, possibly from fresh clones: its default folder's finished runs must be committable
     (the top .gitignore hides every runs/ folder), its checkpoints must not."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    if not os.path.isdir(os.path.join(root, ".git")):
+    if not os.path.isdir(os.path.join(REPO, ".git")):
         pytest.skip("not a git checkout")
-    out = os.path.relpath(lc.parse([]).out, root)
+    out = os.path.relpath(lc.parse([]).out, REPO)
     run = os.path.join(out, "runs", "grpo_seed9")
 
     def ignored(path):
-        return subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=root).returncode == 0
+        return subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=REPO).returncode == 0
 
     for kept in ("done.json", "metrics.jsonl", "config.json", "load.jsonl", "train.log"):
         assert not ignored(os.path.join(run, kept)), kept
@@ -468,7 +468,8 @@ def test_learning_report_uses_compare_statistics_by_hand(lc, tmp_path):
     assert "Machine time of these 10 runs: 0.33 hours" in body  # 10 x 120 s
     # the report's images: written, shown in its section, and none of them an image that the page's other sections
     # show (the earlier comparison's plots are kept as they were measured)
-    page = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "learning.md")).read()
+    with open(os.path.join(REPO, "docs", "learning.md"), encoding="utf-8") as f:
+        page = f.read()
     outside = page.split("<!-- BEGIN learning_comparison -->")[0] + page.split("<!-- END learning_comparison -->")[1]
     for image in ("learning_powered_avg_at_k.png", "learning_powered_accuracy.png", "learning_powered_time.png"):
         assert (tmp_path / "img" / image).stat().st_size > 0 and f"]({os.path.relpath(tmp_path / 'img', tmp_path)}" \
