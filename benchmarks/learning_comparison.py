@@ -15,7 +15,9 @@ difference from GRPO n=4 with its interval, and bands over seeds on the common t
 (docs/learning.md states them before the runs): held-out avg@k at the token budget (`compare`'s budget-matched value,
 at the largest token count every run reaches) and its mean over the evaluation points (the area under the avg@k
 curve over the common token range, over its width). Each paired difference gets a verdict: helps (interval above 0),
-hurts (below 0), or no difference larger than the interval.
+hurts (below 0), or no difference larger than the interval, marked interim while a setting has fewer pairs than
+`--seeds`. Beside the verdicts: the evaluation's own noise, measured from every run's evaluation of the same base
+model before training, and each setting's paired differences (their spread, their signs, an exact sign test).
 
     python benchmarks/learning_comparison.py                      # base model, every run of the design, the report
     python benchmarks/learning_comparison.py --settings grpo,ada_est --seeds 1,2   # a part of the table
@@ -571,16 +573,71 @@ def tokens_range(result: dict, metric: str) -> Optional[List[float]]:
     return None if entry is None else entry["tokens_range"]
 
 
-def verdict(diff: dict) -> str:
+def verdict(diff: dict, planned: Optional[int] = None) -> str:
     """The pre-stated rule: helps when the paired 95% interval lies above 0, hurts when below, else no difference
-    larger than the interval; no verdict without an interval (one paired seed)."""
+    larger than the interval; no verdict without an interval (one paired seed). With fewer pairs than the design
+    plans, the verdict is marked interim: the design's verdict waits for all of them."""
     if diff["low"] is None:
         return f"no verdict ({diff['n']} paired seed)"
     if diff["low"] > 0:
-        return "helps"
-    if diff["high"] < 0:
-        return "hurts"
-    return "no difference larger than the interval"
+        rule = "helps"
+    elif diff["high"] < 0:
+        rule = "hurts"
+    else:
+        rule = "no difference larger than the interval"
+    if planned is not None and diff["n"] < planned:
+        rule += f" (interim: {diff['n']} of {planned} pairs)"
+    return rule
+
+
+def sign_test_p(values: List[float]) -> float:
+    """Two-sided exact sign test of "the median difference is 0": with k of the n nonzero differences on the rarer
+    side, p = min(1, 2 x P(Binomial(n, 1/2) <= k)). It assumes nothing about the differences' distribution (the t
+    interval assumes them roughly normal)."""
+    signs = [v for v in values if v != 0]
+    n = len(signs)
+    if n == 0:
+        return 1.0
+    k = min(sum(v > 0 for v in signs), sum(v < 0 for v in signs))
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n)
+
+
+def evaluation_noise(runs: List[dict], key: str) -> Optional[dict]:
+    """The evaluation's own noise, measured: every run evaluates the same base model on the same held-out problems
+    before its first step, so the spread of those step-0 values over runs is the evaluation's sampling alone (no
+    training in it). Returns n, mean, sd, min, max of `key` at step 0, and sqrt(2) x sd: the standard deviation of
+    the difference of two evaluations of one model, the part of a paired difference that pairing cannot remove."""
+    values = [r["evaluations"][0][key] for r in runs
+              if r["evaluations"] and r["evaluations"][0].get("step") == 0 and r["evaluations"][0].get(key) is not None]
+    if len(values) < 2:
+        return None
+    sd = statistics.stdev(values)
+    return {"n": len(values), "mean": statistics.fmean(values), "sd": sd, "min": min(values), "max": max(values),
+            "difference_sd": math.sqrt(2) * sd}
+
+
+def noise_lines(result: dict, runs: List[dict], metric: str, key: str, what: str) -> List[str]:
+    """A paragraph that sets each setting's paired differences at the budget beside the evaluation's own noise:
+    their standard deviation, how many lie below 0, and the sign test's p."""
+    noise = evaluation_noise(runs, key)
+    at_budget = point_of(result, metric, "tokens")
+    if noise is None or at_budget is None:
+        return []
+    lines = [f"The evaluation's own noise ({what}): every run evaluates the same base model on the same problems "
+             f"before training. Over the {noise['n']} runs those values have mean {noise['mean']:.4f} and standard "
+             f"deviation {noise['sd']:.4f} ({noise['min']:.3f} to {noise['max']:.3f}), so two evaluations of one "
+             f"model differ with a standard deviation of about sqrt(2) x {noise['sd']:.4f} = "
+             f"{noise['difference_sd']:.4f}, a part of every paired difference that pairing by seed cannot remove. "
+             "The paired differences at the budget, beside it:", ""]
+    for name, diff in at_budget["differences"].items():
+        values = list(diff["values"].values())
+        if len(values) < 2:
+            continue
+        below = sum(v < 0 for v in values)
+        lines.append(f"- {name}: standard deviation {statistics.stdev(values):.4f} over {len(values)} pairs; "
+                     f"{below} of {len(values)} below 0 (two-sided sign test p = {sign_test_p(values):.3f})")
+    lines.append("")
+    return lines
 
 
 def half_width(stats: dict) -> Optional[float]:
@@ -594,9 +651,9 @@ def _ci(stats: dict, digits: int = 3, signed: bool = False) -> str:
     return f"{stats['mean']:{sign}.{digits}f} [{stats['low']:{sign}.{digits}f}, {stats['high']:{sign}.{digits}f}]"
 
 
-def statistics_table(result: dict, metric: str, what: str) -> List[str]:
+def statistics_table(result: dict, metric: str, what: str, planned: Optional[int] = None) -> List[str]:
     """One table of a metric at the budget and as the curve mean: each setting's mean [95% interval], its paired
-    difference from GRPO n=4 [95% interval], the half-width and the verdict."""
+    difference from GRPO n=4 [95% interval], the half-width and the verdict (interim below `planned` pairs)."""
     at_budget, curve = point_of(result, metric, "tokens"), point_of(result, metric, "curve")
     if at_budget is None or curve is None:
         return [f"{what}: not logged by every run of the reference, or no common token range; see "
@@ -618,7 +675,7 @@ def statistics_table(result: dict, metric: str, what: str) -> List[str]:
             else:
                 hw = half_width(diff)
                 cells += [_ci(own), f"{_ci(diff, signed=True)} ({diff['n']} pair{'s' if diff['n'] != 1 else ''})",
-                          "-" if hw is None else f"{hw:.3f}", verdict(diff)]
+                          "-" if hw is None else f"{hw:.3f}", verdict(diff, planned)]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     return lines
@@ -745,10 +802,11 @@ def report(a, base: Optional[dict], train: str, heldout: str) -> str:
         lines.append("")
         lines.append("**Primary metrics** (stated before the runs):")
         lines.append("")
-        lines.extend(statistics_table(result, AVG_AT_K, f"Held-out avg@{a.avg_k}"))
+        lines.extend(statistics_table(result, AVG_AT_K, f"Held-out avg@{a.avg_k}", len(a.seeds)))
+        lines.extend(noise_lines(result, runs, AVG_AT_K, "avg_at_k", f"held-out avg@{a.avg_k}"))
         lines.append("Secondary: held-out greedy accuracy.")
         lines.append("")
-        lines.extend(statistics_table(result, ACCURACY, "Held-out greedy accuracy"))
+        lines.extend(statistics_table(result, ACCURACY, "Held-out greedy accuracy", len(a.seeds)))
     for note in notes:
         lines.append(f"- note: {note}")
     if notes:

@@ -394,6 +394,30 @@ def test_learning_verdict_rule(lc):
     assert lc.verdict({"n": 3, "mean": -0.05, "low": -0.09, "high": -0.01}) == "hurts"
     assert lc.verdict({"n": 3, "mean": 0.02, "low": -0.01, "high": 0.05}) == "no difference larger than the interval"
     assert lc.verdict({"n": 1, "mean": 0.02, "low": None, "high": None}).startswith("no verdict")
+    # fewer pairs than the design plans: the same rule, marked interim
+    assert lc.verdict({"n": 3, "mean": -0.05, "low": -0.09, "high": -0.01}, planned=7) == "hurts (interim: 3 of 7 pairs)"
+    assert lc.verdict({"n": 7, "mean": -0.05, "low": -0.09, "high": -0.01}, planned=7) == "hurts"
+
+
+def test_learning_sign_test_by_hand(lc):
+    """Two-sided exact sign test: 7 of 7 below 0 -> 2 x (1/2)^7 = 0.015625; 1 of 3 above -> 2 x (1 + 3) / 8 = 1;
+    1 of 6 below -> 2 x (1 + 6) / 64 = 0.21875; a zero is dropped: 2 of 2 above -> 2 x 1 / 4 = 0.5."""
+    assert lc.sign_test_p([-0.01, -0.02, -0.03, -0.04, -0.05, -0.06, -0.07]) == pytest.approx(0.015625)
+    assert lc.sign_test_p([-1.0, 2.0, 3.0]) == pytest.approx(1.0)
+    assert lc.sign_test_p([1.0, 2.0, 3.0, 4.0, 5.0, -1.0]) == pytest.approx(0.21875)
+    assert lc.sign_test_p([0.0, 1.0, 1.0]) == pytest.approx(0.5)
+    assert lc.sign_test_p([0.0]) == 1.0
+
+
+def test_learning_evaluation_noise_by_hand(lc):
+    """Step-0 avg@k of 0.02, 0.04, 0.06 over three runs: mean 0.04, sd 0.02, the difference of two evaluations
+    sqrt(2) x 0.02 = 0.0282843; a run whose first evaluation is not at step 0 (a resumed log) is left out."""
+    runs = [{"evaluations": [{"step": 0, "avg_at_k": v}, {"step": 3, "avg_at_k": 0.5}]} for v in (0.02, 0.04, 0.06)]
+    runs.append({"evaluations": [{"step": 2, "avg_at_k": 0.9}]})
+    noise = lc.evaluation_noise(runs, "avg_at_k")
+    assert noise["n"] == 3 and (noise["min"], noise["max"]) == (0.02, 0.06)
+    assert (noise["mean"], noise["sd"], noise["difference_sd"]) == pytest.approx((0.04, 0.02, 0.0282843), abs=1e-7)
+    assert lc.evaluation_noise(runs[:1], "avg_at_k") is None  # one run: no spread
 
 
 def _learning_rows(end_avg, mid_avg, end_greedy, tokens=(100.0, 200.0)):
@@ -454,11 +478,20 @@ def test_learning_report_uses_compare_statistics_by_hand(lc, tmp_path):
     avg_table = lines.index(next(line for line in lines if line.startswith("Held-out avg@4 at the budget")))
     greedy_table = lines.index(next(line for line in lines if line.startswith("Held-out greedy accuracy at")))
     row = next(line for line in lines[avg_table:greedy_table] if line.startswith("| Reinforce-Ada-Est |"))
-    assert ("| Reinforce-Ada-Est | 3 | 0.270 [0.220, 0.320] | +0.070 [+0.020, +0.120] (3 pairs) | 0.050 | helps | "
-            in row), row
-    assert row.endswith("[+0.015, +0.040] (3 pairs) | 0.012 | helps |"), row
+    interim = "(interim: 3 of 7 pairs)"  # the design's default seeds are 1-7
+    assert ("| Reinforce-Ada-Est | 3 | 0.270 [0.220, 0.320] | +0.070 [+0.020, +0.120] (3 pairs) | 0.050 | "
+            f"helps {interim} | " in row), row
+    assert row.endswith(f"[+0.015, +0.040] (3 pairs) | 0.012 | helps {interim} |"), row
     row = next(line for line in lines[avg_table:greedy_table] if line.startswith("| GRPO + ADORA |"))
-    assert "| -0.060 [-0.085, -0.035] (3 pairs) | 0.025 | hurts |" in row, row
+    assert f"| -0.060 [-0.085, -0.035] (3 pairs) | 0.025 | hurts {interim} |" in row, row
+    # the evaluation's noise beside the pairs' spread: every run starts at avg@k 0.10 (sd 0); Est's differences at
+    # the budget 0.05, 0.09, 0.07 (sd 0.02, none below 0), ADORA's -0.05, -0.06, -0.07 (sd 0.01, all below 0);
+    # the sign test with 3 of 3 on one side: 2 x (1/2)^3 = 0.25
+    assert "Over the 10 runs those values have mean 0.1000 and standard deviation 0.0000" in body
+    assert "- Reinforce-Ada-Est: standard deviation 0.0200 over 3 pairs; 0 of 3 below 0 (two-sided sign test p = 0.250)" \
+        in body
+    assert "- GRPO + ADORA: standard deviation 0.0100 over 3 pairs; 3 of 3 below 0 (two-sided sign test p = 0.250)" \
+        in body
     row = next(line for line in lines[avg_table:greedy_table] if line.startswith("| GRPO n=4 |"))
     assert "| 0.200 [" in row and "reference" in row
     row = next(line for line in lines[greedy_table:] if line.startswith("| Reinforce-Ada-Est |"))
