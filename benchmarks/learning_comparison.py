@@ -573,10 +573,11 @@ def tokens_range(result: dict, metric: str) -> Optional[List[float]]:
     return None if entry is None else entry["tokens_range"]
 
 
-def verdict(diff: dict, planned: Optional[int] = None) -> str:
+def verdict(diff: dict, planned: Optional[int] = None, target: Optional[float] = None) -> str:
     """The pre-stated rule: helps when the paired 95% interval lies above 0, hurts when below, else no difference
-    larger than the interval; no verdict without an interval (one paired seed). With fewer pairs than the design
-    plans, the verdict is marked interim: the design's verdict waits for all of them."""
+    larger than the interval; no verdict without an interval (one paired seed). A half-width above `target` is
+    reported as short of it. With fewer pairs than the design plans, the verdict is marked interim: the design's
+    verdict waits for all of them."""
     if diff["low"] is None:
         return f"no verdict ({diff['n']} paired seed)"
     if diff["low"] > 0:
@@ -585,6 +586,8 @@ def verdict(diff: dict, planned: Optional[int] = None) -> str:
         rule = "hurts"
     else:
         rule = "no difference larger than the interval"
+    if target is not None and (diff["high"] - diff["low"]) / 2.0 > target:
+        rule += f"; short of the {target:g} target"
     if planned is not None and diff["n"] < planned:
         rule += f" (interim: {diff['n']} of {planned} pairs)"
     return rule
@@ -675,7 +678,7 @@ def statistics_table(result: dict, metric: str, what: str, planned: Optional[int
             else:
                 hw = half_width(diff)
                 cells += [_ci(own), f"{_ci(diff, signed=True)} ({diff['n']} pair{'s' if diff['n'] != 1 else ''})",
-                          "-" if hw is None else f"{hw:.3f}", verdict(diff, planned)]
+                          "-" if hw is None else f"{hw:.3f}", verdict(diff, planned, TARGET_HALF_WIDTH)]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     return lines

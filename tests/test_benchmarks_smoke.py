@@ -397,6 +397,10 @@ def test_learning_verdict_rule(lc):
     # fewer pairs than the design plans: the same rule, marked interim
     assert lc.verdict({"n": 3, "mean": -0.05, "low": -0.09, "high": -0.01}, planned=7) == "hurts (interim: 3 of 7 pairs)"
     assert lc.verdict({"n": 7, "mean": -0.05, "low": -0.09, "high": -0.01}, planned=7) == "hurts"
+    # a half-width above the target (0.04 here) is reported as short of it; one below (0.025) is not
+    assert lc.verdict({"n": 7, "mean": -0.05, "low": -0.09, "high": -0.01}, 7, 0.03) == "hurts; short of the 0.03 target"
+    assert lc.verdict({"n": 7, "mean": 0.02, "low": -0.005, "high": 0.045}, 7, 0.03) == (
+        "no difference larger than the interval")
 
 
 def test_learning_sign_test_by_hand(lc):
@@ -480,7 +484,7 @@ def test_learning_report_uses_compare_statistics_by_hand(lc, tmp_path):
     row = next(line for line in lines[avg_table:greedy_table] if line.startswith("| Reinforce-Ada-Est |"))
     interim = "(interim: 3 of 7 pairs)"  # the design's default seeds are 1-7
     assert ("| Reinforce-Ada-Est | 3 | 0.270 [0.220, 0.320] | +0.070 [+0.020, +0.120] (3 pairs) | 0.050 | "
-            f"helps {interim} | " in row), row
+            f"helps; short of the 0.03 target {interim} | " in row), row  # half-width 0.050 > 0.03
     assert row.endswith(f"[+0.015, +0.040] (3 pairs) | 0.012 | helps {interim} |"), row
     row = next(line for line in lines[avg_table:greedy_table] if line.startswith("| GRPO + ADORA |"))
     assert f"| -0.060 [-0.085, -0.035] (3 pairs) | 0.025 | hurts {interim} |" in row, row
