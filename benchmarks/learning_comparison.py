@@ -586,7 +586,7 @@ def verdict(diff: dict, planned: Optional[int] = None, target: Optional[float] =
         rule = "hurts"
     else:
         rule = "no difference larger than the interval"
-    if target is not None and (diff["high"] - diff["low"]) / 2.0 > target:
+    if target is not None and half_width(diff) > target:
         rule += f"; short of the {target:g} target"
     if planned is not None and diff["n"] < planned:
         rule += f" (interim: {diff['n']} of {planned} pairs)"
