@@ -46,7 +46,10 @@ def test_upstream_ships_the_tokenizer_with_every_request_and_the_project_once_pe
         first, second = rows(res, name)
         # each engine process unpickles the handle's tokenizer once, on its first request; nothing in later steps
         assert first["tokenizers_unpickled"] <= ENGINES and second["tokenizers_unpickled"] == 0, name
-        assert second["bytes_to_engines"] < res["tokenizer_bytes"], name
+        # a request carries the handle, not the tokenizer: each is a small part of one tokenizer's bytes. (The
+        # bound is per request: the rounds, and so the requests in a step, vary with the engines' timing.)
+        for r in (first, second):
+            assert r["bytes_to_engines"] < r["requests"] * res["tokenizer_bytes"] / 4, name
 
 
 def test_every_setting_trains_n_per_prompt_and_keeps_nothing_after_the_step(result):
