@@ -654,31 +654,37 @@ def _ci(stats: dict, digits: int = 3, signed: bool = False) -> str:
     return f"{stats['mean']:{sign}.{digits}f} [{stats['low']:{sign}.{digits}f}, {stats['high']:{sign}.{digits}f}]"
 
 
-def statistics_table(result: dict, metric: str, what: str, planned: Optional[int] = None) -> List[str]:
+def statistics_table(result: dict, metric: str, what: str, planned: Optional[int] = None,
+                     with_verdict: bool = True) -> List[str]:
     """One table of a metric at the budget and as the curve mean: each setting's mean [95% interval], its paired
-    difference from GRPO n=4 [95% interval], the half-width and the verdict (interim below `planned` pairs)."""
+    difference from GRPO n=4 [95% interval], the half-width and, for a primary metric (`with_verdict`), the verdict
+    (interim below `planned` pairs). Section 1 reports the secondary metrics without a verdict."""
     at_budget, curve = point_of(result, metric, "tokens"), point_of(result, metric, "curve")
     if at_budget is None or curve is None:
         return [f"{what}: not logged by every run of the reference, or no common token range; see "
                 "`<out>/compare/settings.md`.", ""]
     covered = tokens_range(result, metric)
     ref = result["reference"]
+    tail = "half-width, verdict." if with_verdict else "half-width (a secondary metric: no verdict)."
+    columns = ["at budget", f"minus {ref}", "half-width"] + (["verdict"] if with_verdict else [])
+    columns += ["curve mean", f"minus {ref}", "half-width"] + (["verdict"] if with_verdict else [])
     lines = [f"{what} at the budget ({covered[1]:.0f} tokens, the largest count every run reaches) and its mean over "
              f"the evaluation points (the curve over {covered[0]:.0f}..{covered[1]:.0f} tokens), per setting: mean "
-             f"over seeds [95% interval]; minus {ref}: paired by seed, mean [95% interval], half-width, verdict.", "",
-             "| setting | seeds | at budget | minus " + ref + " | half-width | verdict | curve mean | minus " + ref
-             + " | half-width | verdict |", "|---|---|---|---|---|---|---|---|---|---|"]
+             f"over seeds [95% interval]; minus {ref}: paired by seed, mean [95% interval], {tail}", "",
+             "| setting | seeds | " + " | ".join(columns) + " |", "|---" * (len(columns) + 2) + "|"]
     for name, stats in at_budget["settings"].items():
         cells = [name, str(stats["n"])]
         for point in (at_budget, curve):
             own = point["settings"][name]
             diff = point["differences"].get(name)
             if diff is None:
-                cells += [_ci(own), "reference", "-", "-"]
+                cells += [_ci(own), "reference", "-"] + (["-"] if with_verdict else [])
             else:
                 hw = half_width(diff)
                 cells += [_ci(own), f"{_ci(diff, signed=True)} ({diff['n']} pair{'s' if diff['n'] != 1 else ''})",
-                          "-" if hw is None else f"{hw:.3f}", verdict(diff, planned, TARGET_HALF_WIDTH)]
+                          "-" if hw is None else f"{hw:.3f}"]
+                if with_verdict:
+                    cells.append(verdict(diff, planned, TARGET_HALF_WIDTH))
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     return lines
@@ -807,9 +813,9 @@ def report(a, base: Optional[dict], train: str, heldout: str) -> str:
         lines.append("")
         lines.extend(statistics_table(result, AVG_AT_K, f"Held-out avg@{a.avg_k}", len(a.seeds)))
         lines.extend(noise_lines(result, runs, AVG_AT_K, "avg_at_k", f"held-out avg@{a.avg_k}"))
-        lines.append("Secondary: held-out greedy accuracy.")
+        lines.append("Secondary, reported without a verdict (section 1): held-out greedy accuracy.")
         lines.append("")
-        lines.extend(statistics_table(result, ACCURACY, "Held-out greedy accuracy", len(a.seeds)))
+        lines.extend(statistics_table(result, ACCURACY, "Held-out greedy accuracy", len(a.seeds), with_verdict=False))
     for note in notes:
         lines.append(f"- note: {note}")
     if notes:

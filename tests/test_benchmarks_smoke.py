@@ -498,8 +498,12 @@ def test_learning_report_uses_compare_statistics_by_hand(lc, tmp_path):
         in body
     row = next(line for line in lines[avg_table:greedy_table] if line.startswith("| GRPO n=4 |"))
     assert "| 0.200 [" in row and "reference" in row
+    # greedy accuracy is secondary: its differences and intervals, and no verdict (section 1's plan)
     row = next(line for line in lines[greedy_table:] if line.startswith("| Reinforce-Ada-Est |"))
-    assert "| +0.000 [" in row and "no difference larger than the interval" in row, row
+    assert "| +0.000 [" in row and "no difference" not in row and "interim" not in row, row
+    assert row.count(" | ") == 7, row  # setting, seeds, then 3 cells at the budget and 3 over the curve
+    header = lines[greedy_table + 2]
+    assert "verdict" not in header and header.count("|") == row.count("|") == lines[greedy_table + 3].count("|")
     assert "Reinforce-Ada balance: no seed shared with GRPO n=4" in body
     assert "| Reinforce-Ada balance | 7 | 2 | 200 |" in body  # its run is still in the per-run table
     assert "Machine time of these 10 runs: 0.33 hours" in body  # 10 x 120 s
