@@ -193,6 +193,45 @@ def load_sampler(path: str, stop: threading.Event, period: float = 5.0) -> None:
             stop.wait(period)
 
 
+def unrecorded_attempts(load_times: List[float], records: List[dict], period: float = 5.0) -> List[dict]:
+    """Attempts of a run that left load samples but no record of their machine time.
+
+    Every attempt writes its record (start, seconds) when train_local ends; an attempt whose whole machine went
+    away (a session ended, a node lost) writes none, and its time would be missing from the run's. Its load
+    samples survive: one every `period` seconds from just before train_local starts to its end. Samples are split
+    into attempts at gaps longer than 3 periods; an attempt no record starts within is returned as a record of its
+    samples' span plus one period (the end is known to within a period)."""
+    out = []
+    times = sorted(load_times)
+    i = 0
+    while i < len(times):
+        j = i
+        while j + 1 < len(times) and times[j + 1] - times[j] <= 3 * period:
+            j += 1
+        first, last = times[i], times[j]
+        if not any(first - 3 * period <= r["start"] <= last for r in records):
+            out.append({"start": first, "seconds": last - first + period, "returncode": None,
+                        "interrupted": "no record written; span of its load samples"})
+        i = j + 1
+    return out
+
+
+def record_unrecorded_attempts(folder: str) -> List[dict]:
+    """Append to `<run>/wall_seconds.jsonl` a record for each attempt that ended without one (see above)."""
+    def read(name):
+        path = os.path.join(folder, name)
+        if not os.path.isfile(path):
+            return []
+        with open(path, encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+    missing = unrecorded_attempts([s["time"] for s in read("load.jsonl")], read("wall_seconds.jsonl"))
+    with open(os.path.join(folder, "wall_seconds.jsonl"), "a", encoding="utf-8") as f:
+        for r in missing:
+            f.write(json.dumps(r) + "\n")
+    return missing
+
+
 def leftover_processes(marker: str) -> List[int]:
     """Processes still carrying this run's marker in their environment (vLLM engine cores survive a killed actor)."""
     found = []
@@ -338,6 +377,9 @@ def attempt_run(a, name: str, seed: int, model: str, train: str, heldout: str, i
         print(f"[learning {index}/{total}] {name} seed {seed}: ended before its budget ({summary['tokens']:.0f} of "
               f"{a.budget} tokens); see {folder}/train.log", flush=True)
         return None
+    for r in record_unrecorded_attempts(folder):
+        print(f"[learning {index}/{total}] {name} seed {seed}: an earlier attempt ended without recording its time "
+              f"(its machine went away); counted from its load samples: {r['seconds'] / 60:.1f} min", flush=True)
     with open(os.path.join(folder, "wall_seconds.jsonl"), encoding="utf-8") as f:
         summary["process_seconds"] = sum(json.loads(line)["seconds"] for line in f if line.strip())
     with open(done + ".tmp", "w", encoding="utf-8") as f:

@@ -301,6 +301,29 @@ def test_learning_runs_rotate_settings_by_seed(lc):
     assert sorted(lc.parse([]).settings) == sorted(lc.SETTINGS)  # the default plan holds every setting once
 
 
+def test_learning_counts_an_attempt_that_wrote_no_time_record_from_its_load_samples(lc, tmp_path):
+    # attempt 1: samples at 100, 105, ..., 400 and no record (its machine went away);
+    # attempt 2: samples at 1000, 1005, ..., 1200, recorded as starting at 1000.2 for 203 s
+    first = [100.0 + 5 * i for i in range(61)]
+    second = [1000.0 + 5 * i for i in range(41)]
+    records = [{"start": 1000.2, "seconds": 203.0, "returncode": 0}]
+    missing = lc.unrecorded_attempts(second + first, records)
+    assert [(m["start"], m["seconds"]) for m in missing] == [(100.0, 305.0)]  # 400 - 100 + one 5 s period
+    assert lc.unrecorded_attempts(first + second, records + [{"start": 100.1, "seconds": 301.0}]) == []
+    # a gap of 3 periods or less is one attempt
+    assert len(lc.unrecorded_attempts([0.0, 15.0, 30.0], [])) == 1
+    assert len(lc.unrecorded_attempts([0.0, 15.1], [])) == 2
+    # written to the run's records once: a second call finds nothing more
+    with open(tmp_path / "load.jsonl", "w") as f:
+        f.writelines(json.dumps({"time": t, "load1": 1.0}) + "\n" for t in first + second)
+    with open(tmp_path / "wall_seconds.jsonl", "w") as f:
+        f.write(json.dumps(records[0]) + "\n")
+    assert len(lc.record_unrecorded_attempts(str(tmp_path))) == 1
+    assert lc.record_unrecorded_attempts(str(tmp_path)) == []
+    rows = [json.loads(line) for line in open(tmp_path / "wall_seconds.jsonl")]
+    assert sum(r["seconds"] for r in rows) == 203.0 + 305.0
+
+
 def test_learning_leftover_processes_found_by_marker_and_ended(lc):
     marker = f"test-{os.getpid()}"
     child = subprocess.Popen(["sleep", "60"], env={**os.environ, lc.MARKER_ENV: marker})
