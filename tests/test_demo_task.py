@@ -485,6 +485,19 @@ def test_demo_data_is_held_out(tmp_path):
     assert main(["--out", str(tmp_path / "y"), "--prompts", "150", "--eval-prompts", "60"]) == 2
 
 
+@pytest.mark.parametrize("form", ["separate", "equals"])
+def test_demo_refuses_an_output_dir_besides_out(tmp_path, form, capsys):
+    """The demo's data, plot and summary live in --out; train_local's --local.output_dir passed through would send
+    the run elsewhere and fail at the plot after training. It is refused first, naming --out, with nothing written."""
+    from openrlhf_ada.cli.demo import main
+
+    out, elsewhere = tmp_path / "demo", tmp_path / "elsewhere"
+    flag = ["--local.output_dir", str(elsewhere)] if form == "separate" else [f"--local.output_dir={elsewhere}"]
+    assert main(["--out", str(out), *flag]) == 2
+    assert "--out" in capsys.readouterr().err
+    assert not out.exists() and not elsewhere.exists()
+
+
 def test_demo_plot_with_held_out_rows(tmp_path):
     """The demo's figure from a metrics file whose step-0 row holds only the evaluation."""
     from openrlhf_ada.cli.demo import plot

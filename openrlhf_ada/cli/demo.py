@@ -107,6 +107,11 @@ def main(argv=None) -> int:
                         f"--eval-prompts at most {DISTINCT_PROBLEMS})")
     parser.add_argument("--eval-prompts", type=int, default=100, help="held-out problems, none of them trained on")
     args, extra = parser.parse_known_args(argv)
+    if any(a.split("=", 1)[0] == "--local.output_dir" for a in extra):
+        # train_local would write there while the demo's data, plot and summary stay in --out: refused before any work
+        print(f"[demo] --local.output_dir: the demo's output folder is --out (now {args.out}); "
+              "with make: make demo ARGS='--out DIR'", file=sys.stderr)
+        return 2
 
     from openrlhf_ada.cli.train_local import check_output_dir, parse_local_args, run
     from openrlhf_ada.utils.heldout import ACCURACY, eval_rows
