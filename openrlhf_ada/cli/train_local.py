@@ -106,6 +106,13 @@ def validate_local(args) -> None:
         raise ValueError(f"--actor.model_name_or_path {model!r} is not a local folder and the Hugging Face hub is "
                          "offline (HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE): download it on a machine with network and "
                          "pass the folder")
+    if args.reward.model_name_or_path:
+        raise ValueError(
+            f"--reward.model_name_or_path {args.reward.model_name_or_path!r}: train_local scores samples with a reward "
+            "function only (--reward.remote_url path/to/reward.py or an HTTP reward server); it starts no reward "
+            "model. Train with a reward model through the cluster launcher, python -m openrlhf_ada.cli.train_ppo_ray "
+            "(also on one machine), or drop the flag"
+        )
     if not args.reward.remote_url and not args.train.agent_func_path:
         raise ValueError("train_local needs a reward function: --reward.remote_url path/to/reward.py")
     if args.algo.advantage.estimator == "gae":
