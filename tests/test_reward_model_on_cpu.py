@@ -64,8 +64,13 @@ def local_argv(tmp_path, *extra):
             "--reward.model_name_or_path", str(tmp_path), "--local.output_dir", str(tmp_path / "run"), *extra]
 
 
-def test_train_local_refuses_reinforce_ada_with_a_reward_model_naming_the_pair(tmp_path, refused):
-    refused(parse_local_args, local_argv(tmp_path, "--ada.enable"),
+@pytest.mark.parametrize("extra", [
+    ["--ada.enable"],
+    ["--ada.enable", "--ada.strategy", "est"],
+    ["--ada.enable", "--ada.cancel"],
+])
+def test_train_local_refuses_reinforce_ada_with_a_reward_model_naming_the_pair(tmp_path, refused, extra):
+    refused(parse_local_args, local_argv(tmp_path, *extra),
             ["--ada.enable", "--reward.model_name_or_path", "while it samples"])
 
 
