@@ -229,12 +229,12 @@ def pipeline_helpers():
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_reward_model_grpo_with_adora_trains_through_the_launcher(tmp_path, tiny_llama_path):
-    """GRPO scored by a reward model (the tiny Llama with a fresh value head), ADORA on, ZeRO-3, 2 actor ranks, 2
-    vLLM engines: 16 prompts x 4 samples in batches of 8 -> 2 steps. ADORA leaves generation alone, so this run's
-    samples come through the same path as with the project's features off (upstream's generator: see
-    test_the_generator_takes_upstreams_path_when_a_reward_model_scores). The rewards trained on are the reward
-    model's (upstream's reward-model actor ran; they differ from sample to sample, which neither a constant nor a
-    missing reward would), the ADORA weights were computed from them, and the engines got the weights."""
+    """GRPO scored by a reward model (the tiny Llama with a fresh value head), ZeRO-3, 2 actor ranks, 2 vLLM engines:
+    16 prompts x 4 samples in batches of 8 -> 2 steps. Step 1 has every project feature off (ADORA starts at step
+    2); step 2 has ADORA, which leaves generation alone (upstream's generator in both: see
+    test_the_generator_takes_upstreams_path_when_a_reward_model_scores). Both steps train on the reward model's
+    rewards (upstream's reward-model actor ran; they differ from sample to sample, which neither a constant nor a
+    missing reward would); step 2's ADORA weights were computed from them; the engines got the weights."""
     pipeline = pipeline_helpers()
     assert_ok, jsonl_rows, launch = pipeline.assert_ok, pipeline.jsonl_rows, pipeline.launch
 
@@ -246,8 +246,8 @@ def test_reward_model_grpo_with_adora_trains_through_the_launcher(tmp_path, tiny
         "--reward.model_name_or_path", tiny_llama_path, "--reward.num_gpus_per_node", "1",
         "--algo.advantage.estimator", "group_norm", "--algo.kl.init_coef", "0",
         "--actor.num_gpus_per_node", "2", "--vllm.num_engines", "2", "--algo.advantage.is_correction_level", "token",
-        # the random value head scores around 0: a threshold there gives groups of both outcomes
-        "--adora.enable", "--adora.positive_threshold", "0",
+        # the random value head scores around 0; step 1 without ADORA (every project feature off), step 2 with it
+        "--adora.enable", "--adora.positive_threshold", "0", "--adora.start_step", "2",
     ]
     run = launch("openrlhf_ada.cli.train_ppo_ray", flags, tmp_path / "run.log")
     assert_ok(run)
@@ -257,8 +257,14 @@ def test_reward_model_grpo_with_adora_trains_through_the_launcher(tmp_path, tiny
     assert [r["step"] for r in rows] == [1, 2] and [r["rollout/num_samples"] for r in rows] == [32, 32]
     for row in rows:
         assert row["rollout/reward_std"] > 0, row  # one reward per sample from the model, not one value for all
-        assert 0.1 <= row["adora_weight_mean"] <= 1.0, row  # every group got lam (0.1) or boost (1.0)
-        for key in ("adora_attenuated_share", "adora_no_pos_share", "adora_no_usable_neg_share"):
-            assert 0.0 <= row[key] <= 1.0, (key, row)
+        assert row["actor_grad_norm"] > 0, row  # the optimizer step had a gradient
         assert not [k for k in row if k.startswith("ada_")], row  # no round loop ran
+    features_off, adora = rows
+    assert not [k for k in features_off if k.startswith("adora")], features_off
+    assert 0.1 <= adora["adora_weight_mean"] <= 1.0, adora  # every group got lam (0.1) or boost (1.0)
+    for key in ("adora_attenuated_share", "adora_no_pos_share", "adora_no_usable_neg_share"):
+        assert 0.0 <= adora[key] <= 1.0, (key, adora)
+    # ADORA classified the reward model's rewards: a mean above the threshold (0) means some sample is positive, so
+    # not every group lacks one (missing rewards read as 0 would leave every group without a positive)
+    assert adora["rollout/reward_mean"] <= 0 or adora["adora_no_pos_share"] < 1, adora
     assert pipeline.sync_is_real({r["step"]: r["vllm_kl"] for r in rows}), [r["vllm_kl"] for r in rows]
