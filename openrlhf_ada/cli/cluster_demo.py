@@ -30,7 +30,7 @@ import sys
 import time
 
 import openrlhf_ada  # noqa: F401
-from openrlhf_ada.utils.local_ray import LocalRayCluster
+from openrlhf_ada.cpu.local_ray import LocalRayCluster
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPTS = os.path.join(REPO, "examples", "scripts")
@@ -63,7 +63,7 @@ def prepare(model: str, out: str, prompts: int, seed: int) -> dict:
     os.makedirs(out, exist_ok=True)
     data = os.path.join(out, "data.jsonl")
     if model == "tiny":
-        from openrlhf_ada.utils.tiny_llama import build_tiny_llama
+        from openrlhf_ada.models.tiny_llama import build_tiny_llama
 
         model_path = build_tiny_llama(os.path.join(out, "model"), seed=seed)
         with open(data, "w", encoding="utf-8") as f:
@@ -71,8 +71,8 @@ def prepare(model: str, out: str, prompts: int, seed: int) -> dict:
                 f.write(json.dumps({"input": f"Say a number {i}:", "label": "digit"}) + "\n")
         reward = "openrlhf_ada/rewards/toy.py"
     else:
-        from openrlhf_ada.utils.demo_task import write_demo_dataset
-        from openrlhf_ada.utils.smollm2 import smollm2_checkpoint
+        from openrlhf_ada.data.demo_task import write_demo_dataset
+        from openrlhf_ada.models.smollm2 import smollm2_checkpoint
 
         model_path = smollm2_checkpoint()
         write_demo_dataset(data, size=prompts, seed=seed, max_digits=1)
@@ -102,7 +102,7 @@ def submit(cluster: LocalRayCluster, env_vars: dict, extra: list, log_path: str,
 
 
 def summary(save_path: str) -> str:
-    from openrlhf_ada.utils.metrics_log import read_metrics
+    from openrlhf_ada.trainer.metrics_log import read_metrics
 
     metrics = os.path.join(save_path, "ckpt", "metrics.jsonl")
     lines = []

@@ -31,11 +31,11 @@ import sys
 from typing import Callable, Optional
 
 import openrlhf_ada  # noqa: F401  (CPU compatibility before anything imports openrlhf)
-from openrlhf_ada import cpu_compat
 from openrlhf_ada.args import add_project_args, validate
+from openrlhf_ada.cpu import patches as cpu_compat
 
 PROG = "python -m openrlhf_ada.cli.train_ppo_ray"
-WORKER_SETUP_HOOK = "openrlhf_ada.cpu_compat.worker_setup_hook"
+WORKER_SETUP_HOOK = "openrlhf_ada.cpu.patches.worker_setup_hook"
 DESCRIPTION = (
     "OpenRLHF 0.11.2 PPO/GRPO trainer (all upstream flags) with ADORA (--adora.*) and Reinforce-Ada (--ada.*)."
 )
@@ -96,7 +96,7 @@ def _shutdown_own_ray() -> None:
     started has its workers under this process: on a cluster it joined, nothing is found and nothing removed."""
     import ray
 
-    from openrlhf_ada.utils.shm_leftovers import mapped_segments, remove_segments
+    from openrlhf_ada.cpu.shm_leftovers import mapped_segments, remove_segments
 
     if not ray.is_initialized():
         return

@@ -49,13 +49,13 @@ from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
 from safetensors.torch import save_file
 from tqdm import tqdm
 
+from openrlhf_ada.trainer.checkpoint_dir import find_checkpoint, remove_checkpoint, write_checkpoint
+from openrlhf_ada.trainer.heldout import ACCURACY, EvalLoader, avg_at_k_metrics, describe, eval_config, heldout_metrics
+from openrlhf_ada.trainer.metrics_log import MetricsWriter, keep_rows_up_to
 from openrlhf_ada.trainer.ppo_utils.experience_maker import AdoraPoolExperienceMaker
 from openrlhf_ada.trainer.ppo_utils.sample_failures import rewards_of, sample_score
 from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
-from openrlhf_ada.utils.checkpoint_dir import find_checkpoint, remove_checkpoint, write_checkpoint
-from openrlhf_ada.utils.heldout import ACCURACY, EvalLoader, avg_at_k_metrics, describe, eval_config, heldout_metrics
-from openrlhf_ada.utils.metrics_log import MetricsWriter, keep_rows_up_to
-from openrlhf_ada.utils.signal_watch import SignalState, observe, reward_file_logs
+from openrlhf_ada.trainer.signal_watch import SignalState, observe, reward_file_logs
 
 
 @dataclass(frozen=True)

@@ -13,15 +13,15 @@ import ray
 from openrlhf.trainer.ppo_trainer import PPOTrainer, compute_eval_metrics
 from openrlhf.utils.logging_utils import init_logger
 
+from openrlhf_ada.trainer.heldout import EVAL_PREFIX, avg_at_k_metrics, describe, eval_config, heldout_metrics
+from openrlhf_ada.trainer.metrics_log import MetricsWriter, keep_rows_up_to, read_metrics, standardize
 from openrlhf_ada.trainer.ppo_utils.batching import data_parallel_unit
 from openrlhf_ada.trainer.ppo_utils.experience_maker import AdoraPoolExperienceMaker
 from openrlhf_ada.trainer.ppo_utils.loader_state import LoaderWithSamplerState
 from openrlhf_ada.trainer.ppo_utils.sample_failures import rewards_of
 from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
 from openrlhf_ada.trainer.ray.engine_health import lost_engines_message, probe_engines
-from openrlhf_ada.utils.heldout import EVAL_PREFIX, avg_at_k_metrics, describe, eval_config, heldout_metrics
-from openrlhf_ada.utils.metrics_log import MetricsWriter, keep_rows_up_to, read_metrics, standardize
-from openrlhf_ada.utils.signal_watch import SignalState, observe
+from openrlhf_ada.trainer.signal_watch import SignalState, observe
 
 logger = init_logger(__name__)
 

@@ -9,8 +9,8 @@ mode's vLLM patches are applied (openrlhf_ada/cpu_compat.py; a no-op wherever to
 
 
 def load() -> None:
-    from openrlhf_ada.cpu_compat import apply_cpu_patches
-    from openrlhf_ada.utils.engine_errors import record_errors_in_this_process
+    from openrlhf_ada.cpu.patches import apply_cpu_patches
+    from openrlhf_ada.trainer.ray.engine_errors import record_errors_in_this_process
 
     record_errors_in_this_process()
     apply_cpu_patches(vllm_process=True)

@@ -20,7 +20,7 @@ import tempfile
 import time
 from typing import List, Optional
 
-from openrlhf_ada.utils.shm_leftovers import mapped_segments, remove_orphans, remove_segments, segments
+from openrlhf_ada.cpu.shm_leftovers import mapped_segments, remove_orphans, remove_segments, segments
 
 
 def free_port() -> int:

@@ -21,7 +21,7 @@ Two layers:
    upstream's whole Ray pipeline (DeepSpeed ZeRO-3 actors, vLLM engines, weight sync) run on CPU.
 
 Ray workers import modules fresh, so patches made in the driver do not reach them: start Ray with
-``runtime_env={"worker_process_setup_hook": "openrlhf_ada.cpu_compat.worker_setup_hook"}`` (see :data:`RAY_RUNTIME_ENV`).
+``runtime_env={"worker_process_setup_hook": "openrlhf_ada.cpu.patches.worker_setup_hook"}`` (see :data:`RAY_RUNTIME_ENV`).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from typing import Optional, Tuple
 
 EXT_NAME = "flash_attn_2_cuda"
 #: Ray ``runtime_env`` that installs the placeholder in every worker process.
-RAY_RUNTIME_ENV = {"worker_process_setup_hook": "openrlhf_ada.cpu_compat.worker_setup_hook"}
+RAY_RUNTIME_ENV = {"worker_process_setup_hook": "openrlhf_ada.cpu.patches.worker_setup_hook"}
 
 
 class _MissingCudaExtension(types.ModuleType):
@@ -378,7 +378,7 @@ def _patch_vllm_kv_cache_size() -> None:
     negative on a small node. The engines upstream's ``create_vllm_engines`` starts take no size argument, so the
     launcher puts the size it computed in OPENRLHF_ADA_KV_CACHE_BYTES, and every engine configuration on CPU that
     has none gets it here, before vllm/platforms/cpu.py L198 (``check_and_update_config``) reads it."""
-    from openrlhf_ada.utils.kv_cache import kv_cache_bytes_from_env
+    from openrlhf_ada.cpu.kv_cache import kv_cache_bytes_from_env
 
     def check_and_update_config(original, cls, vllm_config):
         size = kv_cache_bytes_from_env()
@@ -440,7 +440,7 @@ def apply_cpu_patches(vllm_process: bool = False) -> list:
 def cpu_env_vars() -> dict:
     """Ray ``runtime_env`` env_vars that carry the CPU mode (and any OPENRLHF_ADA_CPU_SKIP, and the engines' KV cache
     size) to every worker."""
-    from openrlhf_ada.utils.kv_cache import KV_CACHE_ENV
+    from openrlhf_ada.cpu.kv_cache import KV_CACHE_ENV
 
     env = {CPU_ENV: "1"}
     for name in (SKIP_ENV, KV_CACHE_ENV):
@@ -498,7 +498,7 @@ def plan_engine_kv_cache(args) -> Optional[str]:
     shapes for each of the --vllm.num_engines engines, or --cpu.kv_cache_gb. Checks that the memory node holds them
     (ValueError naming the sizes and the flag), puts the size where every engine finds it (OPENRLHF_ADA_KV_CACHE_BYTES,
     carried by :func:`cpu_env_vars`) and returns a line for the log; None without engines."""
-    from openrlhf_ada.utils import kv_cache
+    from openrlhf_ada.cpu import kv_cache
 
     engines = args.vllm.num_engines or 0
     if not engines:
