@@ -17,7 +17,7 @@ from openrlhf_ada.analysis import compare as runs_compare
 from openrlhf_ada.analysis import compare_settings
 
 PROG = "python -m openrlhf_ada.cli.compare"
-__getattr__ = _moved.moved_names(__name__)  # the names that moved to openrlhf_ada.analysis.compare
+__getattr__ = _moved.moved_names("openrlhf_ada.cli.compare")  # the names that moved to openrlhf_ada.analysis.compare
 
 
 # -- command line ----------------------------------------------------------------------------------------------------
