@@ -1,8 +1,9 @@
-"""``python -m openrlhf_ada.cli.compare RUN [RUN ...]``: compare training runs from their per-step metrics.
+"""Reading training runs and comparing them from their per-step metrics: the work of
+``python -m openrlhf_ada.cli.compare RUN [RUN ...]`` (openrlhf_ada/cli/compare.py holds its flags).
 
 A RUN is one of
 
-- a run folder holding ``metrics.jsonl`` (what both trainers write, see ``openrlhf_ada.utils.metrics_log``), or the
+- a run folder holding ``metrics.jsonl`` (what both trainers write, see ``openrlhf_ada.trainer.metrics_log``), or the
   JSONL file itself;
 - a wandb run on this machine, as ``WANDB_MODE=offline`` leaves it: a ``wandb/offline-run-*`` folder (or an online
   run's ``wandb/run-*`` folder), its ``run-*.wandb`` file, a ``wandb`` folder, or a folder holding ``wandb/`` and no
@@ -28,11 +29,11 @@ Writes into ``--out`` (default ``docs/compare``):
 With ``--group-by``, ``--name-pattern`` or ``--setting`` the runs also form settings, one configuration run with
 several seeds: ``settings.md`` (also printed), ``settings.json``, ``settings.csv``, ``settings.png`` and
 ``settings_<metric>.png`` give each setting's means and 95% intervals over seeds and its differences from a
-reference setting, paired by seed (``openrlhf_ada.cli.compare_settings``).
+reference setting, paired by seed (``openrlhf_ada.analysis.compare_settings``).
 
 Rows may use the standard keys of ``metrics_log`` or the names upstream's logging gives the same quantities
 (``rollout/reward_mean``, ``ada_eta``, ``ada/eta``, ``ada_samples_per_prompt_mean``, ``ada_resolved_share``, a
-``train/`` prefix from wandb, ...); see ``openrlhf_ada.utils.metrics_log.ALIASES``. A run without ``generated_tokens_total`` gets the running sum
+``train/`` prefix from wandb, ...); see ``openrlhf_ada.trainer.metrics_log.ALIASES``. A run without ``generated_tokens_total`` gets the running sum
 of ``generated_tokens``, which upstream-only rows give as ``rollout/response_length_mean x rollout/num_samples``
 (as the cluster trainer computes it); ``zero_adv_group_share`` can come from ``1 - ada_nonzero_adv_group_share``.
 """
@@ -55,7 +56,7 @@ from urllib.parse import urlparse
 
 from openrlhf_ada.trainer.metrics_log import STANDARD_KEYS, read_metrics, standardize
 
-HELDOUT_PREFIX = "eval/"  # the held-out evaluation's keys (openrlhf_ada.utils.heldout), kept as logged
+HELDOUT_PREFIX = "eval/"  # the held-out evaluation's keys (openrlhf_ada.trainer.heldout), kept as logged
 DEFAULT_SEED_PATTERN = r"seed[_=-]?(\d+)"  # a run's seed in its name (grpo_seed3) when its config has none
 
 METRICS = tuple(STANDARD_KEYS) + ("resolved_share",)

@@ -22,7 +22,7 @@ For every headline metric (held-out accuracy first) three values per run are com
 - ``curve``: the mean of its curve over the token range every run covers (the area under it over the width).
 
 Per setting: the mean over seeds and its 95% interval; per setting against the reference: the mean paired
-difference, its 95% interval and whether that excludes zero (see ``openrlhf_ada.utils.seed_stats`` for the t and
+difference, its 95% interval and whether that excludes zero (see ``openrlhf_ada.analysis.seed_stats`` for the t and
 bootstrap intervals). The curves' means and intervals on the common token grid are drawn as bands.
 """
 

@@ -41,7 +41,7 @@ TRAINING_SCRIPTS = ("train_adora_reinforce_ada.sh", "train_reinforce_ada.sh", "t
 
 # Sized for 2 CPU cores and 24 GB (measured: see README). The script's own flags (ZeRO-3, colocation, sleep,
 # the algorithms' settings) stay as they are; these come after them and win. The engines' KV cache is sized from
-# these shapes in the CPU mode (openrlhf_ada/utils/kv_cache.py), whatever the script's --vllm.gpu_memory_utilization.
+# these shapes in the CPU mode (openrlhf_ada/cpu/kv_cache.py), whatever the script's --vllm.gpu_memory_utilization.
 # 4 samples per prompt whatever the script's n (8 in the GRPO and Est scripts), so that every script's step is the
 # train batch of 32 samples.
 TINY_ARGS = [

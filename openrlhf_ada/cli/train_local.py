@@ -143,7 +143,7 @@ def validate_local(args) -> None:
 
 
 def engine_kv_cache(args):
-    """The explicit KV cache of the vLLM engine on CPU (openrlhf_ada.utils.kv_cache), or None: on a GPU, with the
+    """The explicit KV cache of the vLLM engine on CPU (openrlhf_ada.cpu.kv_cache), or None: on a GPU, with the
     HF engine, or for a hub model name (its config is not on disk yet)."""
     import torch
 
@@ -245,7 +245,7 @@ def start_engine(args, config: LocalConfig, kv=None):
 
 def stop_engine(engine) -> None:
     """Kill the engine actor, then remove the shared-memory segments its vLLM processes leave when killed
-    (openrlhf_ada.utils.shm_leftovers: 0.4 GB of RAM per run otherwise)."""
+    (openrlhf_ada.cpu.shm_leftovers: 0.4 GB of RAM per run otherwise)."""
     import ray
 
     from openrlhf_ada.cpu.shm_leftovers import mapped_segments, remove_segments
@@ -263,7 +263,7 @@ def _own_pid(actor) -> int:
 
 
 def load_prompts(args, strategy, tokenizer, *, evaluation: bool = False):
-    """OpenRLHF's PromptDataset, after the checks of openrlhf_ada.data_checks (reported before training starts);
+    """OpenRLHF's PromptDataset, after the checks of openrlhf_ada.data.checks (reported before training starts);
     prompts longer than the prompt budget are skipped. `evaluation`: the --eval.dataset (upstream's eval loading:
     --eval.split, no sampling probabilities, at most --data.max_samples rows)."""
     from openrlhf.datasets import PromptDataset

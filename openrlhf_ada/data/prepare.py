@@ -1,4 +1,5 @@
-r"""``python -m openrlhf_ada.cli.prepare_data {kk,countdown,hf}``: prompt datasets (jsonl) for OpenRLHF's trainer.
+r"""Prompt datasets (jsonl) for OpenRLHF's trainer: the work of ``python -m openrlhf_ada.cli.prepare_data
+{kk,countdown,hf}`` (openrlhf_ada/cli/prepare_data.py holds its flags).
 
 Every line is one JSON object that OpenRLHF 0.11.2's ``--data.prompt_dataset`` reads (``load_dataset("json")``):
 
