@@ -1,4 +1,5 @@
-"""Everything that lets OpenRLHF run on a machine without CUDA, in one place, and only there.
+"""The CPU mode's patches: what lets OpenRLHF run on a machine without CUDA (the rest of the CPU mode is beside it, in
+openrlhf_ada/cpu/, and nowhere else).
 
 Nothing here acts unless the run is CPU-only: ``OPENRLHF_ADA_CPU=1`` is set AND torch sees no CUDA device
 (:func:`cpu_mode_active`). A GPU node never gets any of it, even with the variable set; without the variable,
