@@ -26,8 +26,8 @@ from openrlhf_ada.algorithms.reinforce_ada import (
     UNRESOLVED_POLICIES,
     AdaConfig,
 )
-from openrlhf_ada.reward_checks import check_reward_url, scored_by_reward_model
-from openrlhf_ada.utils.heldout import EvalConfig, eval_config
+from openrlhf_ada.rewards.checks import check_reward_url, scored_by_reward_model
+from openrlhf_ada.trainer.heldout import EvalConfig, eval_config
 
 
 def _bool_flag(group, name, help):

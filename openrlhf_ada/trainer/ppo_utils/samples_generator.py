@@ -37,7 +37,7 @@ from openrlhf.utils.logging_utils import init_logger
 from openrlhf_ada.algorithms.history import PromptHistory
 from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool
 from openrlhf_ada.args import ada_config, fault_config
-from openrlhf_ada.reward_checks import scored_by_reward_model
+from openrlhf_ada.rewards.checks import scored_by_reward_model
 from openrlhf_ada.trainer.ppo_utils.round_loop import RoundStep
 from openrlhf_ada.trainer.ppo_utils.sample_failures import reward_failed
 from openrlhf_ada.trainer.ppo_utils.stall_watch import StallWatch
