@@ -12,17 +12,20 @@ Each run switches on several upstream features at once and checks each of them f
   factor x length / 16, so the mean trained reward is the mean server reward minus factor x mean length / 16, both
   logged;
 - IS correction (`--algo.advantage.is_correction_level token`): the rollout log-probs reach the actor (`vllm_kl`
-  logged, near zero after a real weight sync);
+  logged at every step; near zero after every weight sync in the sync trainer, at step 1 in the async one, whose
+  later steps may come from weights one sync behind);
 - evaluation (`--eval.dataset`, `--eval.steps 1`): the eval samples go to the reward server and the eval metrics are
   logged;
 - dynamic filtering: a prompt that is never solved is filtered and replaced;
-- async training with partial rollout (`--train.async_enable --train.partial_rollout_enable`).
+- async training with partial rollout (`--train.async_enable --train.partial_rollout_enable`): the steps train, and
+  the engines are paused for the weight syncs (vLLM's scheduler logs it) instead of drained.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -247,6 +250,16 @@ def step_rows(tmp_path: Path) -> dict:
     return rows
 
 
+def check_async_run(run, rows: dict, tmp_path: Path) -> None:
+    """Async trainer with partial rollout: the engines were paused (vLLM's scheduler logs it), not drained, for the
+    weight syncs; IS correction had the rollout log-probs at every step (vllm_kl logged and finite). A step generated
+    while the previous one trained comes from the weights one sync behind, which is what IS correction corrects, so
+    vllm_kl is near zero only at step 1 (engine and actor both at the start weights). Evaluation was logged."""
+    assert "setting pause state to PAUSED_ALL" in run.log
+    assert all(math.isfinite(rows[s]["vllm_kl"]) for s in rows) and sync_is_real({1: rows[1]["vllm_kl"]})
+    assert async_eval_logged(tmp_path).get("eval/eval_num_samples"), async_eval_logged(tmp_path)
+
+
 def async_eval_logged(tmp_path: Path) -> dict:
     """The async trainer logs evaluation to tensorboard only (upstream's log_eval: eval/<key>)."""
     scalars = _p.tensorboard_scalars(tmp_path / "tb")
@@ -264,17 +277,17 @@ def test_est_async_partial_rollout_with_http_rewards_penalty_is_correction_and_e
         "--algo.advantage.estimator", "dr_grpo", "--ada.enable", "--ada.strategy", "est",
         "--train.async_enable", "--train.partial_rollout_enable", "--logger.tensorboard_dir", str(tmp_path / "tb"),
     ])
-    assert_ok(launch("openrlhf_ada.cli.train_ppo_ray", flags, tmp_path / "run.log"))
+    run = launch("openrlhf_ada.cli.train_ppo_ray", flags, tmp_path / "run.log")
+    assert_ok(run)
     rows = step_rows(tmp_path)
     assert sorted(rows) == [1, 2, 3] and all(rows[s]["rollout/num_samples"] == 16 for s in rows)
     assert reward_server.calls("mixed") == sum(rows[s]["ada_samples_generated"] for s in rows) == 12 * 4
     for row in rows.values():
         assert (row["ada_alloc_min"], row["ada_alloc_max"]) == (4, 4)
         check_penalised_rewards(row, (RIGHT + WRONG) / 2)
-    assert sync_is_real({s: rows[s]["vllm_kl"] for s in rows})
+    check_async_run(run, rows, tmp_path)
     evals = reward_server.calls("eval")
     assert evals and evals % (EVAL_PROMPTS * EVAL_N) == 0
-    assert async_eval_logged(tmp_path).get("eval/eval_num_samples"), async_eval_logged(tmp_path)
 
 
 def test_adora_seq_cancel_async_partial_rollout_with_an_agent_critic_penalty_is_correction_eval_and_filtering(
@@ -290,7 +303,8 @@ def test_adora_seq_cancel_async_partial_rollout_with_an_agent_critic_penalty_is_
         "--ada.cancel", "--train.async_enable", "--train.partial_rollout_enable",
         "--logger.tensorboard_dir", str(tmp_path / "tb"),
     ]
-    assert_ok(launch("openrlhf_ada.cli.train_ppo_ray", flags, tmp_path / "run.log"))
+    run = launch("openrlhf_ada.cli.train_ppo_ray", flags, tmp_path / "run.log")
+    assert_ok(run)
     rows = step_rows(tmp_path)
     assert sorted(rows) == [1, 2, 3] and all(rows[s]["rollout/num_samples"] == 16 for s in rows)
     assert sum(rows[s]["ada_dynamic_filtered"] for s in rows) == 1
@@ -299,8 +313,7 @@ def test_adora_seq_cancel_async_partial_rollout_with_an_agent_critic_penalty_is_
         assert row["adora_weight_mean"] > 0 and row["critic_loss"] > 0
         # each mixed prompt: 8 requests, 4 of them admitted; the rest cancelled or discarded
         assert row["ada_cancelled_requests"] + row["ada_discarded_samples"] > 0, row
-    assert sync_is_real({s: rows[s]["vllm_kl"] for s in rows})
-    assert async_eval_logged(tmp_path).get("eval/eval_num_samples"), async_eval_logged(tmp_path)
+    check_async_run(run, rows, tmp_path)
 
 
 def test_features_off_async_partial_rollout_with_http_rewards_critic_penalty_is_correction_eval_and_filtering(
@@ -314,7 +327,8 @@ def test_features_off_async_partial_rollout_with_http_rewards_critic_penalty_is_
         "--algo.advantage.estimator", "gae", "--critic.num_gpus_per_node", "1", "--algo.dynamic_filtering_enable",
         "--train.async_enable", "--train.partial_rollout_enable", "--logger.tensorboard_dir", str(tmp_path / "tb"),
     ])
-    assert_ok(launch("openrlhf_ada.cli.train_ppo_ray", flags, tmp_path / "run.log"))
+    run = launch("openrlhf_ada.cli.train_ppo_ray", flags, tmp_path / "run.log")
+    assert_ok(run)
     rows = step_rows(tmp_path)
     assert sorted(rows) == [1, 2, 3] and all(rows[s]["rollout/num_samples"] == 16 for s in rows)
     assert reward_server.calls("mixed") + reward_server.calls("never") == 13 * 4
@@ -322,7 +336,6 @@ def test_features_off_async_partial_rollout_with_http_rewards_critic_penalty_is_
     for row in rows.values():
         check_penalised_rewards(row, (RIGHT + WRONG) / 2)
         assert row["critic_loss"] > 0 and not [k for k in row if k.startswith("adora")]
-    assert sync_is_real({s: rows[s]["vllm_kl"] for s in rows})
+    check_async_run(run, rows, tmp_path)
     evals = reward_server.calls("eval")
     assert evals and evals % (EVAL_PROMPTS * EVAL_N) == 0
-    assert async_eval_logged(tmp_path).get("eval/eval_num_samples"), async_eval_logged(tmp_path)
