@@ -333,8 +333,12 @@ def validate_cancel_and_history(args) -> None:
 
 
 def validate(args) -> None:
-    """Check the project's flags against each other and against upstream's; raise ValueError (what, how to fix)."""
+    """Check the project's flags against each other and against upstream's; raise ValueError (what, how to fix).
+    Upstream features that do not combine with a project setting are refused by one table: compatibility.py."""
+    from openrlhf_ada.compatibility import check as check_compatibility  # it reads arguments with this module's _get
+
     validate_sizes(args)
+    check_compatibility(args)
     kv_cache_gb = _get(args, "cpu.kv_cache_gb", 0.0)
     if not kv_cache_gb >= 0 or kv_cache_gb == float("inf"):
         raise ValueError(f"--cpu.kv_cache_gb={kv_cache_gb}: must be a finite number >= 0 (0: computed)")
@@ -351,14 +355,10 @@ def validate(args) -> None:
     if evaluation.avg_k and not _get(args, "eval.dataset"):
         raise ValueError(f"--eval.avg_k {evaluation.avg_k} without --eval.dataset: name the held-out prompts to "
                          "evaluate")
-    n = args.rollout.n_samples_per_prompt
     estimator = _get(args, "algo.advantage.estimator")
     has_reward_fn = bool(_get(args, "reward.remote_url") or _get(args, "train.agent_func_path"))
-    if adora.enable:
-        if n < 2:
-            raise ValueError(f"--adora.enable needs prompt groups: --rollout.n_samples_per_prompt={n}; use >= 2")
-        if adora.weight_func:
-            load_weight_func(adora.weight_func)  # fails now, naming file and function, not mid-run
+    if adora.enable and adora.weight_func:
+        load_weight_func(adora.weight_func)  # fails now, naming file and function, not mid-run
     validate_cancel_and_history(args)
     if not args.ada.enable:
         changed = [f"--ada.{k}" for k in EST_FLAGS if _get(args, "ada." + k, getattr(AdaConfig, k)) !=
@@ -367,8 +367,6 @@ def validate(args) -> None:
             raise ValueError(f"{', '.join(changed)} change(s) Reinforce-Ada, so it needs --ada.enable")
         validate_group_estimator(args)
         return
-    if n < 2:
-        raise ValueError(f"--ada.enable needs --rollout.n_samples_per_prompt >= 2 (got {n}): it selects n per prompt")
     try:
         ada = ada_config(args)
     except ValueError as e:
@@ -412,16 +410,11 @@ def validate_est(args, ada: AdaConfig, estimator, adora) -> None:
         if changed:
             raise ValueError(f"{', '.join(changed)} only act(s) with --ada.strategy est: add it or drop them")
         return
-    if estimator not in GROUP_BASELINE_ESTIMATORS:
-        raise ValueError(f"--ada.strategy est trains every sample in groups of varying size with each prompt's own "
-                         f"baseline: it needs one of {', '.join(GROUP_BASELINE_ESTIMATORS)} as "
-                         f"--algo.advantage.estimator (got {estimator})")
     gen_batch = _get(args, "rollout.vllm_generate_batch_size")
     for flag, bad in (("--ada.cancel", ada.cancel),
                       ("--rollout.vllm_generate_batch_size", gen_batch not in (None, _get(args, "rollout.batch_size"))),
                       ("--ada.history_target", ada.history_target > 0),
-                      ("--adora.enable", adora.enable),
-                      ("--algo.dynamic_filtering_enable", bool(_get(args, "algo.dynamic_filtering_enable", False)))):
+                      ("--adora.enable", adora.enable)):
         if bad:
             raise ValueError(f"--ada.strategy est samples each prompt once with its allocated count; {flag} "
                              "does not combine with it (rounds to cancel or size, fixed-size groups, or a generation "

@@ -48,9 +48,10 @@ def test_upstream_flags_pass_through_and_upstream_checks_still_run():
 @pytest.mark.parametrize(
     "extra,words",
     [
-        (["--ada.enable", "--rollout.n_samples_per_prompt", "1"], ["n_samples_per_prompt >= 2", "got 1"]),
+        (["--ada.enable", "--rollout.n_samples_per_prompt", "1"],
+         ["--rollout.n_samples_per_prompt 1 with --ada.enable", "n_samples_per_prompt >= 2"]),
         (["--adora.enable", "--rollout.n_samples_per_prompt", "1", "--algo.advantage.estimator", "reinforce"],
-         ["--adora.enable", "n_samples_per_prompt=1"]),
+         ["--rollout.n_samples_per_prompt 1 with --adora.enable", "no group"]),
         (["--ada.enable", "--ada.round_size", "0"], ["--ada.round_size=0", ">= 1"]),
         (["--ada.enable", "--ada.max_rounds", "0"], ["--ada.max_rounds=0"]),
         (["--ada.enable", "--ada.round_size", "1", "--ada.max_rounds", "2"], ["2 samples", "n=4"]),

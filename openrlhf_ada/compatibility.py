@@ -1,0 +1,95 @@
+"""Which upstream features cannot combine with which of the project's settings: one table, checked at start-up.
+
+docs/compatibility.md is the matrix of what an OpenRLHF 0.11.2 user can switch on that changes the data path (rows)
+against the project's settings (columns: features off, ADORA, Reinforce-Ada Seq, Est, Seq + cancel). Each cell is
+tested, or refused here: a `Refusal` pairs a predicate on the parsed arguments for the upstream feature with one for
+the project setting, and says why the pair cannot work or cannot mean anything. `check(args)` runs first thing in
+`openrlhf_ada.args.validate` (which imports it there: this module reads arguments with args.py's helper), which both the cluster launcher and train_local call right after parsing, so a refused
+pair stops before Ray or any model starts, with one message naming both flags. tests/test_compatibility.py keeps
+the table, the document and the launcher's parser in step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Tuple
+
+from openrlhf_ada.algorithms.baselines import GROUP_BASELINE_ESTIMATORS
+from openrlhf_ada.args import _get
+
+
+def _n(args) -> int:
+    return _get(args, "rollout.n_samples_per_prompt", 1)
+
+
+def _estimator(args) -> str:
+    return _get(args, "algo.advantage.estimator", "gae")
+
+
+def _est(args) -> bool:
+    return bool(_get(args, "ada.enable", False)) and _get(args, "ada.strategy", "seq") == "est"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """An upstream feature (`feature`: its flag as the user writes it, formatted with {n} and {estimator}; `applies`:
+    is it on) that does not combine with a project setting (`setting`, `active`), and `reason`, why."""
+
+    key: str
+    feature: str
+    applies: Callable[[object], bool]
+    setting: str
+    active: Callable[[object], bool]
+    reason: str
+
+    def refuses(self, args) -> bool:
+        return bool(self.applies(args)) and bool(self.active(args))
+
+    def message(self, args) -> str:
+        values = dict(n=_n(args), estimator=_estimator(args))
+        return f"{self.feature.format(**values)} with {self.setting}: {self.reason.format(**values)}"
+
+
+REFUSALS: Tuple[Refusal, ...] = (
+    Refusal(
+        "one-sample-adora", "--rollout.n_samples_per_prompt {n}", lambda a: _n(a) < 2,
+        "--adora.enable", lambda a: bool(_get(a, "adora.enable", False)),
+        "ADORA weighs each prompt's group of samples by what the group shows (its share of correct samples, their "
+        "lengths); one sample per prompt makes no group to weigh. Use --rollout.n_samples_per_prompt >= 2 with a "
+        "group estimator, or drop --adora.enable",
+    ),
+    Refusal(
+        "one-sample-ada", "--rollout.n_samples_per_prompt {n}", lambda a: _n(a) < 2,
+        "--ada.enable", lambda a: bool(_get(a, "ada.enable", False)),
+        "Reinforce-Ada samples a prompt until its samples show both outcomes and trains a group of them against the "
+        "group's baseline (Est: every sample, in groups of varying size); it needs --rollout.n_samples_per_prompt "
+        ">= 2 (one sample per prompt is no group). Use n >= 2, or drop --ada.enable",
+    ),
+    Refusal(
+        "no-group-baseline-est", "--algo.advantage.estimator {estimator}",
+        lambda a: _estimator(a) not in GROUP_BASELINE_ESTIMATORS,
+        "--ada.strategy est", _est,
+        "Reinforce-Ada-Est allocates each prompt's samples from its pass rate and trains every sample against its "
+        "prompt's own group baseline (groups of varying size), weighed by that pass rate; {estimator} has no group "
+        "baseline (a critic's values, or none), so the allocation would not reach the advantages. Use one of "
+        + ", ".join(GROUP_BASELINE_ESTIMATORS) + ", or --ada.strategy seq",
+    ),
+    Refusal(
+        "dynamic-filtering-est", "--algo.dynamic_filtering_enable", lambda a: bool(_get(a, "algo.dynamic_filtering_enable",
+                                                                                      False)),
+        "--ada.strategy est", _est,
+        "Est samples each prompt once with its allocated count and trains every sample, the step's total fixed at "
+        "--rollout.batch_size x --rollout.n_samples_per_prompt; dynamic filtering drops a prompt whose mean score is "
+        "outside the range and draws another with a count of its own, which breaks that budget (Seq applies the "
+        "filter to the selected group). Drop one of them",
+    ),
+)
+
+BY_KEY = {refusal.key: refusal for refusal in REFUSALS}
+
+
+def check(args) -> None:
+    """Raise ValueError naming both flags and why, for the first refused pair that `args` switches on."""
+    for refusal in REFUSALS:
+        if refusal.refuses(args):
+            raise ValueError(refusal.message(args))
