@@ -26,7 +26,8 @@ from openrlhf_ada.algorithms.reinforce_ada import (
     UNRESOLVED_POLICIES,
     AdaConfig,
 )
-from openrlhf_ada.rewards.checks import check_reward_url, scored_by_reward_model
+from openrlhf_ada.compatibility import check as check_compatibility
+from openrlhf_ada.rewards.checks import check_reward_url
 from openrlhf_ada.trainer.heldout import EvalConfig, eval_config
 
 
@@ -335,7 +336,6 @@ def validate_cancel_and_history(args) -> None:
 def validate(args) -> None:
     """Check the project's flags against each other and against upstream's; raise ValueError (what, how to fix).
     Upstream features that do not combine with a project setting are refused by one table: compatibility.py."""
-    from openrlhf_ada.compatibility import check as check_compatibility  # it reads arguments with this module's _get
 
     validate_sizes(args)
     check_compatibility(args)
@@ -371,16 +371,6 @@ def validate(args) -> None:
         ada = ada_config(args)
     except ValueError as e:
         raise ValueError(f"--{e}" if str(e).startswith("ada.") else str(e)) from None
-    if scored_by_reward_model(args):
-        what = "Reinforce-Ada-Est" if ada.strategy == "est" else "Reinforce-Ada"
-        what += " with --ada.cancel" if ada.cancel else ""
-        raise ValueError(
-            f"--ada.enable with --reward.model_name_or_path: {what} decides on each sample's reward while it samples "
-            "(when a prompt is resolved, how many samples it gets, when to cancel), but a reward model scores the "
-            "samples only after generation, in the experience maker. Score with a reward function (--reward.remote_url "
-            "path/to/reward.py or an HTTP reward server), or drop --ada.enable: the project's features off and "
-            "--adora.enable work with a reward model"
-        )
     if not has_reward_fn:
         raise ValueError(
             "--ada.enable decides on rewards while sampling, so it needs a reward function: pass "

@@ -4,7 +4,7 @@ docs/compatibility.md is the matrix of what an OpenRLHF 0.11.2 user can switch o
 against the project's settings (columns: features off, ADORA, Reinforce-Ada Seq, Est, Seq + cancel). Each cell is
 tested, or refused here: a `Refusal` pairs a predicate on the parsed arguments for the upstream feature with one for
 the project setting, and says why the pair cannot work or cannot mean anything. `check(args)` runs first thing in
-`openrlhf_ada.args.validate` (which imports it there: this module reads arguments with args.py's helper), which both the cluster launcher and train_local call right after parsing, so a refused
+`openrlhf_ada.args.validate`, which both the cluster launcher and train_local call right after parsing, so a refused
 pair stops before Ray or any model starts, with one message naming both flags. tests/test_compatibility.py keeps
 the table, the document and the launcher's parser in step.
 """
@@ -12,10 +12,19 @@ the table, the document and the launcher's parser in step.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Callable, Tuple
 
 from openrlhf_ada.algorithms.baselines import GROUP_BASELINE_ESTIMATORS
-from openrlhf_ada.args import _get
+from openrlhf_ada.rewards.checks import scored_by_reward_model
+
+
+def _get(args, dotted: str, default=None):
+    """A parsed flag by its dotted name (`ada.strategy`), `default` where the namespace lacks it."""
+    try:
+        return attrgetter(dotted)(args)
+    except AttributeError:
+        return default
 
 
 def _n(args) -> int:
@@ -82,6 +91,15 @@ REFUSALS: Tuple[Refusal, ...] = (
         "--rollout.batch_size x --rollout.n_samples_per_prompt; dynamic filtering drops a prompt whose mean score is "
         "outside the range and draws another with a count of its own, which breaks that budget (Seq applies the "
         "filter to the selected group). Drop one of them",
+    ),
+    Refusal(
+        "reward-model-ada", "--reward.model_name_or_path", scored_by_reward_model,
+        "--ada.enable", lambda a: bool(_get(a, "ada.enable", False)),
+        "Reinforce-Ada (Seq, Est, --ada.cancel) decides on each sample's reward while it samples (when a prompt is "
+        "resolved, how many samples it gets, when to cancel), but a reward model scores the samples only after "
+        "generation, in the experience maker. Score with a reward function (--reward.remote_url path/to/reward.py "
+        "or an HTTP reward server), or drop --ada.enable: the project's features off and --adora.enable work with a "
+        "reward model",
     ),
 )
 

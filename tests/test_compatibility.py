@@ -39,20 +39,29 @@ ROWS = {
     "length penalties": ["--reward.overlong_buffer_len", "8", "--reward.stop_properly_penalty_coef", "0.5"],
     "IS correction": ["--algo.advantage.is_correction_level", "token"],
     "evaluation": ["--eval.dataset", "eval.jsonl", "--eval.steps", "1"],
-    "reward model": None,
+    "reward model": ["--reward.model_name_or_path", "rm"],
     "dynamic batch": None,
     "LoRA": None,
     "images": None,
 }
-PENDING_ROWS = {"reward model", "dynamic batch", "LoRA"}  # other work fills these in
+PENDING_ROWS = {"dynamic batch", "LoRA"}  # other work fills these in
 NOT_RUN_ROWS = {"images", "packing"}  # no vision-language model in the tests; packing needs flash attention (a GPU)
 # pairs that should work but no test runs yet: the lead decides (a run of their own, or a place in one)
 UNTESTED = {("HTTP reward server", "Seq + cancel"), ("agent", "Est"), ("agent", "features off"),
             ("one sample per prompt", "features off")}
 
 
+def with_base(flags: list) -> list:
+    """BASE and `flags`; a reward model scores only where no reward function does, so it goes without BASE's file."""
+    base = BASE
+    if "--reward.model_name_or_path" in flags:
+        i = BASE.index("--reward.remote_url")
+        base = BASE[:i] + BASE[i + 2:]
+    return base + flags
+
+
 def cell_argv(row: str, column: str) -> list:
-    argv = BASE + ROWS[row] + COLUMNS[column]
+    argv = with_base(ROWS[row] + COLUMNS[column])
     if row == "critic" and "--ada.enable" in argv and column != "Est":
         argv += ["--ada.baseline", "group"]  # a critic has no group for the pool baseline to replace
     return argv
@@ -109,6 +118,7 @@ FEATURE_FLAGS = {
     "one-sample-ada": ROWS["one sample per prompt"],
     "no-group-baseline-est": ["--algo.advantage.estimator", "gae", "--ada.baseline", "group"],
     "dynamic-filtering-est": ROWS["dynamic filtering"],
+    "reward-model-ada": ROWS["reward model"],
 }
 SETTING_FLAGS = {"--adora.enable": COLUMNS["ADORA"], "--ada.enable": COLUMNS["Reinforce-Ada Seq"],
                  "--ada.strategy est": COLUMNS["Est"]}
@@ -122,11 +132,11 @@ def refusal_words(refusal) -> list:
 @pytest.mark.parametrize("parse", [parse_args, parse_local_args], ids=["launcher", "train_local"])
 @pytest.mark.parametrize("refusal", REFUSALS, ids=lambda r: r.key)
 def test_each_refused_pair_is_refused_at_start_up_naming_both_flags(refusal, parse, refused):
-    err = refused(parse, BASE + FEATURE_FLAGS[refusal.key] + SETTING_FLAGS[refusal.setting], refusal_words(refusal))
+    err = refused(parse, with_base(FEATURE_FLAGS[refusal.key] + SETTING_FLAGS[refusal.setting]), refusal_words(refusal))
     assert err.count("error:") == 1
 
 
 @pytest.mark.parametrize("refusal", REFUSALS, ids=lambda r: r.key)
 def test_either_side_alone_is_accepted(refusal):
-    for argv in (BASE + FEATURE_FLAGS[refusal.key], BASE + SETTING_FLAGS[refusal.setting]):
+    for argv in (with_base(FEATURE_FLAGS[refusal.key]), with_base(SETTING_FLAGS[refusal.setting])):
         assert not refusal.refuses(parse_args(argv))
