@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -136,10 +137,13 @@ def pipeline_harness():
     """tests/test_pipeline_on_cpu.py's helpers (launch, common_flags, jsonl_rows, ...): pytest imports test files
     by path (--import-mode=importlib), so this one is loaded the same way."""
     path = Path(__file__).with_name("test_pipeline_on_cpu.py")
-    spec = importlib.util.spec_from_file_location("_pipeline_harness", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    name = "_pipeline_harness"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # its dataclass looks its module up while it is defined
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
 # One prompt ("right-*") is answered right by every sample, the others by none. A right answer logs `correct_hundred`
