@@ -185,7 +185,9 @@ def test_short_steps_keep_accumulation_whole_and_metric_names_right_on_two_ranks
     one optimizer step for no whole train batch.
 
     Train micro-batches of 1 make every sample a micro-batch of its own: at each position where one rank trains a
-    right answer and the other a wrong one, keys in each sample's own order would be reduced crosswise."""
+    right answer and the other a wrong one, keys in each sample's own order would be reduced crosswise. (Before the
+    sorted order a run logged always_one 17.5 and correct_hundred 0.53 where the share of right answers was 1/6, and
+    ended with DeepSpeed at 1 optimizer step for 0 whole train batches.)"""
     harness = pipeline_harness()
     data = tmp_path / "prompts.jsonl"
     data.write_text("".join(json.dumps({"input": f"Say a number {i}:", "label": "right-0" if i == 0 else f"wrong-{i}"})
