@@ -15,7 +15,7 @@ from openrlhf.utils.logging_utils import init_logger
 
 from openrlhf_ada.trainer.heldout import EVAL_PREFIX, avg_at_k_metrics, describe, eval_config, heldout_metrics
 from openrlhf_ada.trainer.metrics_log import MetricsWriter, keep_rows_up_to, read_metrics, standardize
-from openrlhf_ada.trainer.ppo_utils.batching import data_parallel_unit
+from openrlhf_ada.trainer.ppo_utils.batching import short_step_unit
 from openrlhf_ada.trainer.ppo_utils.experience_maker import AdoraPoolExperienceMaker
 from openrlhf_ada.trainer.ppo_utils.loader_state import LoaderWithSamplerState
 from openrlhf_ada.trainer.ppo_utils.sample_failures import rewards_of
@@ -166,11 +166,12 @@ def cluster_evaluation(samples_generator, eval_dataloader, args, generate_kwargs
 
 def install_cluster_samples_generator(owner) -> None:
     """Put the project's samples generator in place of the one upstream's constructor made on `owner` (PPOTrainer,
-    or the async GenerateSamplesActor), set up for the cluster trainer: short steps cut for the data-parallel ranks,
-    a stop at once when an engine is lost, and the sampler's state checkpointed with the data position (the owner's
-    `prompts_dataloader`, whose state_dict upstream saves with every checkpoint)."""
+    or the async GenerateSamplesActor), set up for the cluster trainer: short steps cut to whole train batches that
+    every data-parallel rank splits alike, a stop at once when an engine is lost, and the sampler's state checkpointed
+    with the data position (the owner's `prompts_dataloader`, whose state_dict upstream saves with every
+    checkpoint)."""
     generator = RoundsSamplesGenerator.from_upstream(owner.samples_generator,
-                                                  batch_unit=data_parallel_unit(owner.samples_generator.args))
+                                                  batch_unit=short_step_unit(owner.samples_generator.args))
     generator.stop_on_engine_loss = True
     generator.prompts_dataloader = owner.prompts_dataloader = LoaderWithSamplerState(owner.prompts_dataloader,
                                                                                       generator)

@@ -1,8 +1,19 @@
-"""How many samples every data-parallel rank can split evenly."""
+"""How many samples a step must hold so that upstream's trainer splits it evenly: over the data-parallel ranks, and
+into whole optimizer steps.
+
+Upstream's actor trains each rank's share of a step in micro-batches of --train.micro_batch_size and lets DeepSpeed
+step the optimizer every gas = --train.batch_size / (micro-batch x ranks) micro-batches, counted across rollout steps;
+with --train.dynamic_batch_enable it trains whole --train.batch_size / ranks slices of each rank's share and skips the
+rest. A full step is rollout.batch_size x n samples; a short step (the end of the data) is the project's to cut, and
+it cuts to a multiple of `short_step_unit`: whole train batches that every rank splits alike. Anything else leaves a
+partial accumulation that the next step completes (every later optimizer step then mixes two rollout steps), or
+samples that dynamic batching never trains.
+"""
 
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 
 def data_parallel_unit(args) -> int:
@@ -22,3 +33,26 @@ def data_parallel_unit(args) -> int:
         per = dp if args.train.dynamic_batch_enable else dp * args.rollout.micro_batch_size
         unit = math.lcm(unit, max(1, per))
     return unit
+
+
+def short_step_unit(args) -> int:
+    """What a short step holds a multiple of in the cluster trainers: whole --train.batch_size train batches that are
+    also whole `data_parallel_unit`s. Each rank then holds a multiple of train batch / ranks samples, so its
+    micro-batches are whole gradient-accumulation windows (and whole dynamic-batching slices)."""
+    return math.lcm(data_parallel_unit(args), max(1, args.train.batch_size))
+
+
+def whole_units(count: int, unit: int) -> int:
+    """The largest multiple of `unit` not above `count`."""
+    return count // unit * unit
+
+
+def est_usable(group_sizes: Sequence[int], unit: int) -> int:
+    """Samples in the longest leading run of whole groups (of varying size, in order) that holds a multiple of
+    `unit` samples; 0 when no run does."""
+    usable = total = 0
+    for size in group_sizes:
+        total += size
+        if total % unit == 0:
+            usable = total
+    return usable

@@ -14,11 +14,13 @@ which both trainers save with every checkpoint. So does the engine-fault handlin
 in the cluster trainers, stops the run), and a step whose engines show no progress fails (`StallWatch`).
 
 What reaches upstream's trainer is made safe for it (`generate_samples`):
-- every sample of a step carries the same `info` keys (a step may mix two generation calls, and upstream's
-  replay buffer splits a batch by key; ranks with different keys would issue mismatched collectives);
+- every sample of a step carries the same `info` keys, in one order (a step may mix two generation calls, and
+  upstream's replay buffer splits a batch by key; ranks reduce a micro-batch's metrics value by value in the order of
+  its first sample's keys);
 - a short step at the end of the data (drop mode, filtering, failures) holds a whole number of `batch_unit`s: the
-  trainer sets the unit so that every data-parallel rank gets the same number of full micro-batches; the groups
-  left over go into the next episode's first step;
+  cluster trainers set the unit to whole train batches that every data-parallel rank splits alike
+  (batching.short_step_unit), so DeepSpeed's gradient accumulation stays aligned with the rollout steps; the groups
+  left over go into the next episode's first step (Est, and n = 1 without Reinforce-Ada, drop them, logged);
 - upstream's dynamic-filtering pass rate counts groups, not samples.
 Evaluation leaves out the prompts whose samples got no reward (counted and logged) instead of crashing upstream's
 metrics.
@@ -38,6 +40,7 @@ from openrlhf_ada.algorithms.history import PromptHistory
 from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool
 from openrlhf_ada.args import ada_config, fault_config
 from openrlhf_ada.rewards.checks import scored_by_reward_model
+from openrlhf_ada.trainer.ppo_utils.batching import est_usable, whole_units
 from openrlhf_ada.trainer.ppo_utils.round_loop import RoundStep
 from openrlhf_ada.trainer.ppo_utils.sample_failures import reward_failed
 from openrlhf_ada.trainer.ppo_utils.stall_watch import StallWatch
@@ -54,18 +57,22 @@ def fixed_n_config(n: int, seed: int) -> AdaConfig:
 
 
 def uniform_info_keys(samples: List[Experience]) -> List[str]:
-    """Give every sample the same `info` keys, a missing one as 0.0; returns the keys that had to be filled.
+    """Give every sample the same `info` keys in the same (sorted) order, a missing one as 0.0; returns the keys that
+    had to be filled.
 
     Upstream merges a batch's `info` per key and splits it again by position (`split_experience_batch`): a key
-    that only some samples carry raises "Size of info[k] (1) does not match batch_size (2)", and data-parallel ranks
-    holding different keys would reduce different metric dicts. The project's own keys are the same every step; a
-    reward file's extra_logs may not be."""
-    keys = set().union(*(e.info.keys() for e in samples)) if samples else set()
+    that only some samples carry raises "Size of info[k] (1) does not match batch_size (2)". Each actor rank then
+    batches its micro-batches with the keys in the order of their first sample (`make_experience_batch`) and reduces
+    the metric dict across ranks value by value in that order (`strategy.all_reduce`): samples whose keys came in
+    different orders would have ranks add values of different metrics, logged under the wrong names. The project's
+    own keys are the same every step; a reward file's extra_logs may not be (a key only for right answers)."""
+    keys = sorted(set().union(*(e.info.keys() for e in samples))) if samples else []
     filled = set()
     for e in samples:
-        for key in keys - e.info.keys():
-            e.info[key] = torch.zeros(1)
-            filled.add(key)
+        filled.update(key for key in keys if key not in e.info)
+        ordered = {key: e.info[key] if key in e.info else torch.zeros(1) for key in keys}
+        e.info.clear()
+        e.info.update(ordered)
     return sorted(filled)
 
 
@@ -112,7 +119,7 @@ class RoundsSamplesGenerator(SamplesGenerator):
     @classmethod
     def from_upstream(cls, generator: SamplesGenerator, batch_unit: Optional[int] = None) -> "RoundsSamplesGenerator":
         """Build from an upstream SamplesGenerator that an upstream constructor already made; `batch_unit`: see
-        batching.data_parallel_unit."""
+        batching.short_step_unit."""
         new = cls(
             strategy=generator.strategy,
             prompts_dataloader=generator.prompts_dataloader,
@@ -155,8 +162,8 @@ class RoundsSamplesGenerator(SamplesGenerator):
     @torch.no_grad()
     def generate_samples(self, **generate_kwargs):
         """Upstream's (its buffering of over-sampled groups included), plus what keeps upstream's trainer safe: the
-        same info keys in every sample, a short step cut to whole `batch_unit`s (the rest carried into the next
-        episode), and the dynamic-filtering pass rate in groups."""
+        same info keys in the same order in every sample, a short step cut to whole `batch_unit`s (the rest carried
+        into the next episode), and the dynamic-filtering pass rate in groups."""
         if getattr(self, "_dataloader_iter", None) is None and not getattr(self, "_sample_buffer", None):
             # upstream starts a fresh iterator of the prompt loader now: a new pass over the data, unless it
             # continues the epoch a checkpoint was taken in
@@ -166,18 +173,25 @@ class RoundsSamplesGenerator(SamplesGenerator):
         full = self.args.rollout.batch_size * self.args.rollout.n_samples_per_prompt
         if self.est and samples and len(samples) < full:
             samples = self._cut_est_short_step(samples)
-        elif self.rounds is not None and samples and len(samples) < full:
-            usable = len(samples) // self.batch_unit * self.batch_unit
-            if usable < len(samples):
+        elif samples and len(samples) < full:
+            usable = whole_units(len(samples), self.batch_unit)
+            if usable < len(samples) and self.rounds is not None:
                 n = self.args.rollout.n_samples_per_prompt
                 self._carry = samples[usable:]
                 samples = samples[:usable]
                 logger.warning(
                     f"short step at the end of the data: {len(samples) // n} groups trained now, "
                     f"{len(self._carry) // n} held back for the next episode's first step (dropped if this was the "
-                    f"last episode), so that every data-parallel rank gets the same number of full micro-batches "
-                    f"(a multiple of {self.batch_unit} samples)"
+                    f"last episode), so that the step is whole train batches that every data-parallel rank splits "
+                    f"alike (a multiple of {self.batch_unit} samples)"
                 )
+            elif usable < len(samples):  # n = 1 without Reinforce-Ada: upstream's generation, which carries nothing
+                logger.warning(
+                    f"short step at the end of the data: {usable} of {len(samples)} samples trained, the rest dropped, "
+                    f"so that the step is whole train batches that every data-parallel rank splits alike (a multiple "
+                    f"of {self.batch_unit} samples)"
+                )
+                samples = samples[:usable]
         filled = uniform_info_keys(samples)
         if filled:
             logger.warning(f"info keys missing from some samples of this step, set to 0: {filled} (a reward file "
@@ -188,18 +202,20 @@ class RoundsSamplesGenerator(SamplesGenerator):
 
     def _cut_est_short_step(self, samples: List[Experience]) -> List[Experience]:
         """--ada.strategy est at the end of the data: the longest run of whole groups (of varying size) holding a
-        multiple of `batch_unit` samples is trained; the groups after it are dropped (logged). Nothing is carried:
-        a carried group of its own size would change the next step's total."""
-        ends, total = [], 0
-        for size in self.last_group_sizes:
-            total += size
-            ends.append(total)
-        usable = max([0] + [end for end in ends if end % self.batch_unit == 0])
+        multiple of `batch_unit` samples (whole train batches that every rank splits alike) is trained; the groups
+        after it are dropped (logged). Nothing is carried: a carried group of its own size would change the next
+        step's total."""
+        usable = est_usable(self.last_group_sizes, self.batch_unit)
         if usable < len(samples):
             logger.warning(f"short step at the end of the data (--ada.strategy est): {usable} of {len(samples)} "
-                           f"samples trained (whole groups, a multiple of {self.batch_unit} samples for the "
-                           "data-parallel split); the groups after them are dropped")
-            kept = sum(1 for end in ends if end <= usable)
+                           f"samples trained (whole groups, a multiple of {self.batch_unit} samples: whole train "
+                           "batches that every data-parallel rank splits alike); the groups after them are dropped")
+            kept, total = 0, 0
+            for size in self.last_group_sizes:
+                if total + size > usable:
+                    break
+                total += size
+                kept += 1
             self.last_group_sizes = self.last_group_sizes[:kept]
         return samples[:usable]
 
