@@ -126,7 +126,8 @@ def add_project_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                         f"{ALLOCATION_RULES.describe()}")
 
     def preset_values(field):
-        return ", ".join(f"{name} {getattr(p, field)}" for name, p in EST_PRESETS.items())
+        return ", ".join(f"{name} {'none' if getattr(p, field) is None else getattr(p, field)}"
+                         for name, p in EST_PRESETS.items())
 
     g.add_argument("--ada.est_min", type=int, default=None,
                    help="With --ada.strategy est: fewest samples a prompt gets (>= 2 with a group baseline; the "
