@@ -242,3 +242,54 @@ def test_the_prompt_weight_on_group_norm_warns_that_it_compounds(caplog):
         parse(estimator="dr_grpo")
         parse("--ada.prompt_weight", "none", estimator="group_norm")
     assert "compounds" not in caplog.text
+
+
+# -- the experience maker: the authors' advantage and ADORA on a one-sample group, by hand -----------------------------
+def est_experiences():
+    """Two groups in rollout order, [1.0] (a group of one, length 5) and [0.0, 1.0, 0.0] (lengths 7, 2, 9), split
+    into two micro-batches out of rollout order, as upstream's split leaves them."""
+    rewards, lengths = [1.0, 0.0, 1.0, 0.0], [5, 7, 2, 9]
+    pool = {"ada_pool_index": [0, 0, 1, 2], "ada_pool_count": [1, 3, 3, 3], "ada_pool_mean": [1.0, 1 / 3, 1 / 3, 1 / 3],
+            "ada_pool_std": [1.0, 0.57735, 0.57735, 0.57735], "ada_pool_pass_rate": [1.0, 1 / 3, 1 / 3, 1 / 3]}
+    from openrlhf.trainer.ppo_utils.experience import Experience
+
+    batches = []
+    for part in ([2, 0], [3, 1]):
+        mask = torch.zeros(len(part), 12, dtype=torch.bool)
+        for row, i in enumerate(part):
+            mask[row, : lengths[i]] = True
+        batches.append(Experience(
+            action_mask=mask, rewards=torch.tensor([rewards[i] for i in part]),
+            scores=torch.tensor([rewards[i] for i in part]),
+            response_length=torch.tensor([float(lengths[i]) for i in part]),
+            truncated=torch.zeros(len(part), dtype=torch.bool), kl=torch.zeros(len(part), 12), index=list(part),
+            info={k: torch.tensor([float(v[i]) for i in part]) for k, v in pool.items()}))
+    return batches
+
+
+def est_advantages(*flags):
+    from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
+
+    from openrlhf_ada.trainer.ppo_utils.experience_maker import AdoraPoolExperienceMaker
+
+    args = parse("--rollout.micro_batch_size", "2", "--adora.enable", *flags)
+    maker = AdoraPoolExperienceMaker(None, None, None, None, FixedKLController(0.0), type("S", (), {"args": args})(),
+                                     None)
+    out = maker.compute_advantages_and_returns(est_experiences())
+    by_index = {i: (e.advantages[row, 0].item(), e.info) for e in out for row, i in enumerate(e.index)}
+    return [by_index[i][0] for i in range(4)], by_index[0][1]
+
+
+def test_the_maker_trains_the_authors_advantage_with_adora_on_groups_of_varying_size():
+    # ADORA (llm): the group of one is correct with no wrong answer -> boost 1; group [0, 1, 0] has maxPos 2 <
+    # meanNeg (7 + 9) / 2 = 8 -> lam 0.1
+    # authors (dr_grpo): group of one: r - 0 = 1; the other: mean 1/3 -> -1/3, 2/3, -1/3, times 0.1
+    adv, info = est_advantages("--ada.est_preset", "authors")
+    assert adv == pytest.approx([1.0, -1 / 30, 2 / 30, -1 / 30], abs=1e-6)
+    assert info["adora_weight_mean"][0].item() == pytest.approx((1.0 + 0.1) / 2)
+    assert info["adora_no_pos_share"][0].item() == 0.0 and info["adora_no_usable_neg_share"][0].item() == 0.5
+    # the paper's preset on the same samples: the group of one gets 0; the other the same centring times the weight
+    # 1/sqrt(1/3) + 0.01 = 1.74205 and ADORA's 0.1
+    adv, _ = est_advantages()
+    w = math.sqrt(3) + 0.01
+    assert adv == pytest.approx([0.0, -w / 30, 2 * w / 30, -w / 30], abs=1e-6)
