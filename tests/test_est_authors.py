@@ -293,3 +293,17 @@ def test_the_maker_trains_the_authors_advantage_with_adora_on_groups_of_varying_
     adv, _ = est_advantages()
     w = math.sqrt(3) + 0.01
     assert adv == pytest.approx([0.0, -w / 30, 2 * w / 30, -w / 30], abs=1e-6)
+
+
+def test_the_short_step_cut_keeps_whole_groups_of_one():
+    """At the end of the data the longest run of whole groups holding a multiple of the unit is trained: sizes
+    1, 3, 1, 2 end at 1, 4, 5, 7; unit 4 -> the first two groups (4 samples); unit 1 -> all of them."""
+    from types import SimpleNamespace
+
+    from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
+
+    gen = SimpleNamespace(last_group_sizes=[1, 3, 1, 2], batch_unit=4)
+    assert RoundsSamplesGenerator._cut_est_short_step(gen, list(range(7))) == [0, 1, 2, 3]
+    assert gen.last_group_sizes == [1, 3]
+    gen = SimpleNamespace(last_group_sizes=[1, 3, 1, 2], batch_unit=1)
+    assert RoundsSamplesGenerator._cut_est_short_step(gen, list(range(7))) == list(range(7))
