@@ -31,7 +31,7 @@ setup(
     },
     package_data={"openrlhf_ada": ["py.typed"]},
     # vLLM loads this group in every process it starts (EngineCore, workers): the one way to reach them
-    # (openrlhf_ada/vllm_plugin.py: start-up errors recorded for the engine actor; the CPU mode's vLLM patches, which
+    # (openrlhf_ada/cpu/vllm_plugin.py: start-up errors recorded for the engine actor; the CPU mode's vLLM patches, which
     # do nothing unless OPENRLHF_ADA_CPU=1 and there is no CUDA).
-    entry_points={"vllm.general_plugins": ["openrlhf_ada = openrlhf_ada.vllm_plugin:load"]},
+    entry_points={"vllm.general_plugins": ["openrlhf_ada = openrlhf_ada.cpu.vllm_plugin:load"]},
 )

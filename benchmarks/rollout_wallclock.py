@@ -98,12 +98,12 @@ def run_benchmark(prompts: int, repeats: int, seed: int) -> dict:
     import ray
     from transformers import AutoTokenizer
 
-    from openrlhf_ada.cpu_compat import RAY_RUNTIME_ENV, use_cpu_mode_without_cuda
+    from openrlhf_ada.cpu.patches import RAY_RUNTIME_ENV, use_cpu_mode_without_cuda
 
     use_cpu_mode_without_cuda()  # before anything imports openrlhf
+    from openrlhf_ada.cpu.kv_cache import engine_kwargs
+    from openrlhf_ada.models.tiny_llama import build_tiny_llama
     from openrlhf_ada.trainer.ray.vllm_engine import GuardedRolloutRayActor
-    from openrlhf_ada.utils.kv_cache import engine_kwargs
-    from openrlhf_ada.utils.tiny_llama import build_tiny_llama
 
     work = tempfile.mkdtemp(prefix="rollout_wallclock_")
     model = build_tiny_llama(os.path.join(work, "model"), seed=seed)

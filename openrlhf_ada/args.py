@@ -27,8 +27,9 @@ from openrlhf_ada.algorithms.reinforce_ada import (
     UNRESOLVED_POLICIES,
     AdaConfig,
 )
-from openrlhf_ada.reward_checks import check_reward_url
-from openrlhf_ada.utils.heldout import EvalConfig, eval_config
+from openrlhf_ada.compatibility import check as check_compatibility
+from openrlhf_ada.rewards.checks import check_reward_url
+from openrlhf_ada.trainer.heldout import EvalConfig, eval_config
 
 logger = logging.getLogger(__name__)
 
@@ -355,8 +356,11 @@ def validate_cancel_and_history(args) -> None:
 
 
 def validate(args) -> None:
-    """Check the project's flags against each other and against upstream's; raise ValueError (what, how to fix)."""
+    """Check the project's flags against each other and against upstream's; raise ValueError (what, how to fix).
+    Upstream features that do not combine with a project setting are refused by one table: compatibility.py."""
+
     validate_sizes(args)
+    check_compatibility(args)
     kv_cache_gb = _get(args, "cpu.kv_cache_gb", 0.0)
     if not kv_cache_gb >= 0 or kv_cache_gb == float("inf"):
         raise ValueError(f"--cpu.kv_cache_gb={kv_cache_gb}: must be a finite number >= 0 (0: computed)")
@@ -373,14 +377,10 @@ def validate(args) -> None:
     if evaluation.avg_k and not _get(args, "eval.dataset"):
         raise ValueError(f"--eval.avg_k {evaluation.avg_k} without --eval.dataset: name the held-out prompts to "
                          "evaluate")
-    n = args.rollout.n_samples_per_prompt
     estimator = _get(args, "algo.advantage.estimator")
     has_reward_fn = bool(_get(args, "reward.remote_url") or _get(args, "train.agent_func_path"))
-    if adora.enable:
-        if n < 2:
-            raise ValueError(f"--adora.enable needs prompt groups: --rollout.n_samples_per_prompt={n}; use >= 2")
-        if adora.weight_func:
-            load_weight_func(adora.weight_func)  # fails now, naming file and function, not mid-run
+    if adora.enable and adora.weight_func:
+        load_weight_func(adora.weight_func)  # fails now, naming file and function, not mid-run
     validate_cancel_and_history(args)
     if not args.ada.enable:
         changed = [f"--ada.{k}" for k in EST_FLAGS if _get(args, "ada." + k, getattr(AdaConfig, k)) !=
@@ -389,8 +389,6 @@ def validate(args) -> None:
             raise ValueError(f"{', '.join(changed)} change(s) Reinforce-Ada, so it needs --ada.enable")
         validate_group_estimator(args)
         return
-    if n < 2:
-        raise ValueError(f"--ada.enable needs --rollout.n_samples_per_prompt >= 2 (got {n}): it selects n per prompt")
     try:
         ada = ada_config(args)
     except ValueError as e:
@@ -430,11 +428,7 @@ def validate_est(args, ada: AdaConfig, estimator, adora) -> None:
         if changed:
             raise ValueError(f"{', '.join(changed)} only act(s) with --ada.strategy est: add it or drop them")
         return
-    if estimator not in GROUP_BASELINE_ESTIMATORS:
-        raise ValueError(f"--ada.strategy est trains every sample in groups of varying size with each prompt's own "
-                         f"baseline: it needs one of {', '.join(GROUP_BASELINE_ESTIMATORS)} as "
-                         f"--algo.advantage.estimator (got {estimator})")
-    est = ada.est_config
+    est = ada.est_config  # an estimator without a group baseline is refused in compatibility.py
     if est.baseline == "authors" and estimator not in ("dr_grpo", "group_norm"):
         raise ValueError(f"--ada.est_preset {ada.est_preset} trains the authors' advantage, their GRPO: "
                          "--algo.advantage.estimator dr_grpo (r - mean, their script's norm_adv_by_std_in_grpo=False) "

@@ -28,7 +28,7 @@ for _key, _value in OFFLINE_ENV.items():
 
 import pytest  # noqa: E402
 
-from openrlhf_ada.cpu_compat import RAY_RUNTIME_ENV, use_cpu_mode_without_cuda  # noqa: E402
+from openrlhf_ada.cpu.patches import RAY_RUNTIME_ENV, use_cpu_mode_without_cuda  # noqa: E402
 
 # The tests run on a machine without CUDA: the CPU mode (the flash_attn_2_cuda placeholder here, and OPENRLHF_ADA_CPU=1
 # for every process the tests start, Ray workers and vLLM engines included).
@@ -72,7 +72,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def tiny_llama_path(tmp_path_factory) -> str:
     """A tiny random Llama checkpoint (float32, head_dim 64, byte-level BPE tokenizer, chat template), built once."""
-    from openrlhf_ada.utils.tiny_llama import build_tiny_llama
+    from openrlhf_ada.models.tiny_llama import build_tiny_llama
 
     return build_tiny_llama(tmp_path_factory.mktemp("tiny_llama"), seed=0)
 
@@ -136,13 +136,13 @@ class ShmWatch:
         self._thread.start()
 
     def _watch(self):
-        from openrlhf_ada.utils.shm_leftovers import mapped_segments
+        from openrlhf_ada.cpu.shm_leftovers import mapped_segments
 
         while not self._stop.wait(1.0):
             self.seen.update(mapped_segments([os.getpid()]))
 
     def __call__(self, since=None, wait=15.0):
-        from openrlhf_ada.utils.shm_leftovers import mapped_segments, orphans, segments
+        from openrlhf_ada.cpu.shm_leftovers import mapped_segments, orphans, segments
 
         if since is None:
             return segments()
@@ -216,8 +216,8 @@ def refused(capsys):
 def _shm_orphans_removed_per_module():
     """Tests kill engines with ray.kill, which leaves vLLM's shared memory (/dev/shm, ~0.2 GB each) behind: after
     each module, the segments it created that no live process maps are removed, so they do not add up to GBs of RAM
-    over the suite (openrlhf_ada.utils.shm_leftovers)."""
-    from openrlhf_ada.utils.shm_leftovers import remove_orphans, segments
+    over the suite (openrlhf_ada.cpu.shm_leftovers)."""
+    from openrlhf_ada.cpu.shm_leftovers import remove_orphans, segments
 
     since = segments()
     yield
@@ -228,7 +228,7 @@ def _shm_orphans_removed_per_module():
 def _other_test_processes() -> set:
     """The processes of the other test processes of this run (`pytest -n 2`: this worker's siblings under the
     controller, and everything under them); none when the suite runs in one process."""
-    from openrlhf_ada.utils.shm_leftovers import process_tree
+    from openrlhf_ada.cpu.shm_leftovers import process_tree
 
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return set()
@@ -244,7 +244,7 @@ def _wait_until_unmapped(since, wait):
     may still be exiting, belong to nobody's tree any more and are waited for."""
     import time
 
-    from openrlhf_ada.utils.shm_leftovers import mapped_segments, segments
+    from openrlhf_ada.cpu.shm_leftovers import mapped_segments, segments
 
     deadline = time.time() + wait
     while time.time() < deadline:

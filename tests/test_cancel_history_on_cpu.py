@@ -24,11 +24,11 @@ import openrlhf_ada.trainer.ppo_utils.round_loop as round_loop
 from openrlhf_ada.algorithms.history import EpochRecord
 from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool
 from openrlhf_ada.cli.train_ppo_ray import parse_args
+from openrlhf_ada.cpu.kv_cache import engine_kwargs
+from openrlhf_ada.trainer.metrics_log import read_metrics
 from openrlhf_ada.trainer.ppo_utils.loader_state import LoaderWithSamplerState
 from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
 from openrlhf_ada.trainer.ray.vllm_engine import GuardedRolloutRayActor
-from openrlhf_ada.utils.kv_cache import engine_kwargs
-from openrlhf_ada.utils.metrics_log import read_metrics
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

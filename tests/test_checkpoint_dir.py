@@ -7,8 +7,8 @@ import stat
 
 import pytest
 
-from openrlhf_ada.utils import checkpoint_dir
-from openrlhf_ada.utils.checkpoint_dir import find_checkpoint, remove_checkpoint, write_checkpoint
+from openrlhf_ada.trainer import checkpoint_dir
+from openrlhf_ada.trainer.checkpoint_dir import find_checkpoint, remove_checkpoint, write_checkpoint
 
 
 def writer(step, fail_after_model=False):

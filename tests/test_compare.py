@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from openrlhf_ada.cli import compare
+from openrlhf_ada.analysis import compare
+from openrlhf_ada.cli import compare as compare_cli
 
 VIEW_FILES = ["compare.png", "reward_vs_step.png", "reward_vs_tokens.png", "samples_per_prompt.png",
               "resolved_share.png", "zero_adv_group_share.png", "eta.png"]
@@ -56,7 +57,7 @@ def runs(tmp_path):
 def test_table_final_and_best_by_hand(runs, capsys):
     tmp, grpo_dir, ada_file = runs
     out = tmp / "out"
-    assert compare.main([grpo_dir, ada_file, "--out", str(out)]) == 0
+    assert compare_cli.main([grpo_dir, ada_file, "--out", str(out)]) == 0
     table = (out / "compare.md").read_text()
     printed = capsys.readouterr().out
     expected = [
@@ -109,20 +110,20 @@ def test_pngs_written_and_resolved_share_only_for_ada_runs(runs):
 
 def test_names_flag_and_mismatch(runs, capsys):
     tmp, grpo_dir, ada_file = runs
-    assert compare.main([grpo_dir, ada_file, "--out", str(tmp / "o"), "--names", "a", "b"]) == 0
+    assert compare_cli.main([grpo_dir, ada_file, "--out", str(tmp / "o"), "--names", "a", "b"]) == 0
     assert "| reward_mean | higher | b | 2 | 0.7 (2) | 0.7 (2) |" in (tmp / "o" / "compare.md").read_text()
-    assert compare.main([grpo_dir, ada_file, "--out", str(tmp / "o"), "--names", "a"]) == 2
+    assert compare_cli.main([grpo_dir, ada_file, "--out", str(tmp / "o"), "--names", "a"]) == 2
     assert "--names got 1 names for 2 runs" in capsys.readouterr().err
 
 
 def test_missing_metrics_file_is_a_clear_error(tmp_path, capsys):
     empty = tmp_path / "run_without_metrics"
     empty.mkdir()
-    assert compare.main([str(empty), "--out", str(tmp_path / "o")]) == 2
+    assert compare_cli.main([str(empty), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "no metrics.jsonl" in err and str(empty) in err
     missing = tmp_path / "nope" / "metrics.jsonl"
-    assert compare.main([str(missing), "--out", str(tmp_path / "o")]) == 2
+    assert compare_cli.main([str(missing), "--out", str(tmp_path / "o")]) == 2
     assert str(missing) in capsys.readouterr().err
     assert not (tmp_path / "o").exists()  # nothing written when a run cannot be read
 
@@ -140,7 +141,7 @@ def test_malformed_row_names_the_file(tmp_path, capsys, line, message):
     path = write_run(tmp_path / "bad", GRPO[:1])
     with open(path, "a", encoding="utf-8") as f:
         f.write(line + "\n")
-    assert compare.main([path, "--out", str(tmp_path / "o")]) == 2
+    assert compare_cli.main([path, "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert path in err and message in err, err
 
@@ -162,7 +163,7 @@ def test_wandb_runs_fail_fast_and_clearly_offline(tmp_path, monkeypatch):
 def test_help_explains_every_flag(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "1000")  # argparse wraps at hyphens too: one line per flag's help
     with pytest.raises(SystemExit) as e:
-        compare.main(["--help"])
+        compare_cli.main(["--help"])
     assert e.value.code == 0
     text = capsys.readouterr().out
     for flag in ("RUN", "--out", "--names", "--smooth", "--wandb-timeout", "wandb:ENTITY/PROJECT/RUN_ID",
@@ -248,7 +249,7 @@ def test_offline_run_rows_by_hand_from_every_kind_of_path(offline_runs):
 
 def test_offline_run_in_the_table(offline_runs, tmp_path, capsys):
     out = tmp_path / "out"
-    assert compare.main([str(_run_folder(offline_runs["a"])), str(offline_runs["b"]), "--out", str(out)]) == 0
+    assert compare_cli.main([str(_run_folder(offline_runs["a"])), str(offline_runs["b"]), "--out", str(out)]) == 0
     table = (out / "compare.md").read_text()
     for line in ["| reward_mean | higher | hand_a | 2 | 0.75 (2) | 0.75 (2) |",
                  "| eta | higher | hand_a | 1 | 0.5 (2) | 0.5 (2) |",
@@ -291,7 +292,7 @@ def test_offline_run_errors_name_the_path_and_the_fix(offline_runs, tmp_path, ca
 
     nothing = tmp_path / "nothing"
     nothing.mkdir()
-    assert compare.main([str(nothing), "--out", str(tmp_path / "o")]) == 2
+    assert compare_cli.main([str(nothing), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert f"{nothing}: no run in this folder" in err and "wandb/offline-run-*" in err
 
@@ -396,5 +397,5 @@ def test_offline_run_written_by_train_local_equals_its_metrics_jsonl(tmp_path, t
     for source in (out / "wandb", folder):
         (run,) = compare.load_runs([str(source)])
         assert run.rows == expected and run.notes == []
-    assert compare.main([str(out), str(out / "wandb"), "--names", "jsonl", "wandb", "--out",
+    assert compare_cli.main([str(out), str(out / "wandb"), "--names", "jsonl", "wandb", "--out",
                          str(tmp_path / "cmp")]) == 0

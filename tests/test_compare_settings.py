@@ -8,8 +8,8 @@ import os
 import numpy as np
 import pytest
 
-from openrlhf_ada.cli import compare, compare_settings
-from openrlhf_ada.utils import seed_stats
+from openrlhf_ada.analysis import compare, compare_settings, seed_stats
+from openrlhf_ada.cli import compare as compare_cli
 
 T975 = {1: 12.706205, 2: 4.302653, 5: 2.570582, 10: 2.228139}  # t(0.975, df), from a t table
 
@@ -58,7 +58,7 @@ def settings_runs(tmp_path):
 
 
 def run_settings(argv, out):
-    assert compare.main([*argv, "--out", str(out), "--metrics", "eval/accuracy,reward_mean",
+    assert compare_cli.main([*argv, "--out", str(out), "--metrics", "eval/accuracy,reward_mean",
                          "--grid-points", "3"]) == 0
     return json.loads((out / "settings.json").read_text())
 
@@ -216,7 +216,7 @@ def test_unpaired_seeds_are_left_out_with_a_note(settings_runs, tmp_path, capsys
 # -- errors: before anything is written, naming the run and the fix --------------------------------------------------
 def _fails(argv, tmp_path, capsys, *needles):
     out = tmp_path / "not_written"
-    assert compare.main([*argv, "--out", str(out)]) == 2
+    assert compare_cli.main([*argv, "--out", str(out)]) == 2
     err = capsys.readouterr().err
     for needle in needles:
         assert needle in err, err
@@ -259,7 +259,7 @@ def test_errors_on_grouping_flags(settings_runs, tmp_path, capsys):
 def test_help_documents_grouping_pairing_and_intervals(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "1000")
     with pytest.raises(SystemExit):
-        compare.main(["--help"])
+        compare_cli.main(["--help"])
     text = capsys.readouterr().out
     for needle in ("--group-by", "--name-pattern", "--setting", "--seed-pattern", "--reference", "--interval",
                    "--resamples", "--bootstrap-seed", "--grid-points", "paired by seed", "train.seed",

@@ -1,4 +1,4 @@
-"""openrlhf_ada.cpu_compat: every openrlhf module we build on imports on CPU, in the driver and in Ray workers.
+"""openrlhf_ada.cpu.patches: every openrlhf module we build on imports on CPU, in the driver and in Ray workers.
 
 The python-only flash-attn install cannot import its CUDA extension ``flash_attn_2_cuda``; the placeholder fixes the
 imports and turns any accidental call into a clear error. Checks run in fresh interpreters / Ray workers, since
@@ -15,7 +15,7 @@ import types
 
 import pytest
 
-from openrlhf_ada import cpu_compat
+from openrlhf_ada.cpu import patches as cpu_compat
 
 MODULES = [
     "openrlhf.models",
@@ -37,7 +37,7 @@ except ModuleNotFoundError as e:
 
 # 2. After `import openrlhf_ada`, everything imports, in the same interpreter.
 import openrlhf_ada  # noqa: F401
-from openrlhf_ada.cpu_compat import is_placeholder_installed
+from openrlhf_ada.cpu.patches import is_placeholder_installed
 
 modules = sys.argv[1:]
 for name in modules:
@@ -167,7 +167,7 @@ sys.modules.pop("flash_attn_2_cuda", None)
 
 # 2. openrlhf_ada in the CPU mode, then flash-attn's own import (torch first, then the extension).
 import openrlhf_ada  # noqa: F401
-from openrlhf_ada.cpu_compat import is_placeholder_installed
+from openrlhf_ada.cpu.patches import is_placeholder_installed
 
 placeholder = is_placeholder_installed()
 from flash_attn import flash_attn_interface
@@ -180,7 +180,7 @@ BROKEN_EXTENSION_SCRIPT = """
 import json
 
 import openrlhf_ada  # noqa: F401
-from openrlhf_ada.cpu_compat import is_placeholder_installed
+from openrlhf_ada.cpu.patches import is_placeholder_installed
 
 try:
     import flash_attn  # noqa: F401

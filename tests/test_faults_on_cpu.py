@@ -19,11 +19,11 @@ from openrlhf.trainer.ppo_utils.experience import Experience, split_experience_b
 from transformers import AutoTokenizer
 
 from openrlhf_ada.cli.train_ppo_ray import parse_args
-from openrlhf_ada.data_checks import check_prompt_file
+from openrlhf_ada.cpu.kv_cache import engine_kwargs
+from openrlhf_ada.data.checks import check_prompt_file
+from openrlhf_ada.trainer.metrics_log import read_metrics
 from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
 from openrlhf_ada.trainer.ray.vllm_engine import GuardedRolloutRayActor
-from openrlhf_ada.utils.kv_cache import engine_kwargs
-from openrlhf_ada.utils.metrics_log import read_metrics
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -15,8 +15,15 @@ import pytest
 import torch
 
 from openrlhf_ada.cli.train_local import parse_local_args, run
-from openrlhf_ada.utils.heldout import EvalConfig, EvalLoader, avg_at_k_metrics, describe, eval_config, heldout_metrics
-from openrlhf_ada.utils.metrics_log import read_metrics
+from openrlhf_ada.trainer.heldout import (
+    EvalConfig,
+    EvalLoader,
+    avg_at_k_metrics,
+    describe,
+    eval_config,
+    heldout_metrics,
+)
+from openrlhf_ada.trainer.metrics_log import read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GYM = os.path.join(REPO, "openrlhf_ada", "rewards", "gym.py")
@@ -362,7 +369,7 @@ def test_heldout_problems_do_not_depend_on_the_run(tmp_path, tiny_llama_path):
     assert configs["ada3"]["eval.avg_k"] == 4 and configs["grpo1"]["eval.problems"] == 9
 
     # compare reads the config.json of a metrics.jsonl run: grouped by a flag, paired by its train.seed
-    from openrlhf_ada.cli import compare, compare_settings
+    from openrlhf_ada.analysis import compare, compare_settings
 
     runs = compare.load_runs([str(tmp_path / n) for n in loaded])
     assert compare.saved_config(runs[2])[0]["ada.enable"] is True
@@ -411,8 +418,8 @@ def test_cluster_evaluation_adds_accuracy_se_and_avg_at_k(tmp_path):
     SE sqrt(0.25 / 1) = 0.5); avg@3 at T 0.9: 3 and 1 of 3 right (shares 1, 1/3: mean 2/3, sd sqrt(2/9), SE 1/3)."""
     from openrlhf.trainer.ppo_trainer import BasePPOTrainer
 
+    from openrlhf_ada.trainer.metrics_log import MetricsWriter
     from openrlhf_ada.trainer.ppo_trainer import AdoraPoolTrainerMixin, cluster_evaluation
-    from openrlhf_ada.utils.metrics_log import MetricsWriter
 
     loader = [(["a"], ["p0"], [""], [None]), (["a"], ["p1"], [""], [None])]
     script = {(0.0, 1): [_sample("p0", 1, 1), _sample("p1", 0, 0)],

@@ -1,4 +1,4 @@
-"""The vLLM KV cache on CPU is sized from what the run needs (openrlhf_ada/utils/kv_cache.py), not from the RAM of the
+"""The vLLM KV cache on CPU is sized from what the run needs (openrlhf_ada/cpu/kv_cache.py), not from the RAM of the
 memory node vLLM would size it against; a size the node cannot hold stops the run before anything starts, and an
 engine that fails to start says why.
 
@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from openrlhf_ada.utils import kv_cache
+from openrlhf_ada.cpu import kv_cache
 
 GIB = 1024 ** 3
 
@@ -126,8 +126,8 @@ import json, os, sys
 if __name__ == "__main__":
     from openrlhf_ada.cli.demo import DEMO_FLAGS, REWARD_FILE, write_data
     from openrlhf_ada.cli.train_local import local_config, parse_local_args, start_engine, stop_engine
-    from openrlhf_ada.utils.kv_cache import node_memory
-    from openrlhf_ada.utils.smollm2 import smollm2_checkpoint
+    from openrlhf_ada.cpu.kv_cache import node_memory
+    from openrlhf_ada.models.smollm2 import smollm2_checkpoint
     import ray
 
     out, meminfo = sys.argv[1], os.environ["OPENRLHF_ADA_TEST_NODE_MEMINFO"]

@@ -48,9 +48,10 @@ def test_upstream_flags_pass_through_and_upstream_checks_still_run():
 @pytest.mark.parametrize(
     "extra,words",
     [
-        (["--ada.enable", "--rollout.n_samples_per_prompt", "1"], ["n_samples_per_prompt >= 2", "got 1"]),
+        (["--ada.enable", "--rollout.n_samples_per_prompt", "1"],
+         ["--rollout.n_samples_per_prompt 1 with --ada.enable", "n_samples_per_prompt >= 2"]),
         (["--adora.enable", "--rollout.n_samples_per_prompt", "1", "--algo.advantage.estimator", "reinforce"],
-         ["--adora.enable", "n_samples_per_prompt=1"]),
+         ["--rollout.n_samples_per_prompt 1 with --adora.enable", "no group"]),
         (["--ada.enable", "--ada.round_size", "0"], ["--ada.round_size=0", ">= 1"]),
         (["--ada.enable", "--ada.max_rounds", "0"], ["--ada.max_rounds=0"]),
         (["--ada.enable", "--ada.round_size", "1", "--ada.max_rounds", "2"], ["2 samples", "n=4"]),
@@ -112,7 +113,7 @@ def test_train_builds_the_project_trainer(monkeypatch, async_enable, expected):
     launcher as on a GPU cluster: without the CPU mode the tests' process otherwise runs in."""
     import openrlhf.trainer.ray.launcher as launcher
 
-    from openrlhf_ada.cpu_compat import CPU_ENV
+    from openrlhf_ada.cpu.patches import CPU_ENV
 
     monkeypatch.delenv(CPU_ENV)
 
@@ -147,8 +148,8 @@ def test_misuse_stops_before_ray_starts(monkeypatch):
 
 
 def test_cluster_trainer_writes_standard_metric_rows(tmp_path):
+    from openrlhf_ada.trainer.metrics_log import read_metrics
     from openrlhf_ada.trainer.ppo_trainer import AdoraPoolTrainerMixin
-    from openrlhf_ada.utils.metrics_log import read_metrics
 
     class Upstream:
         def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
@@ -200,7 +201,7 @@ def test_the_cluster_trainer_warns_when_every_reward_is_the_same(monkeypatch):
 
     import openrlhf_ada.trainer.ppo_trainer as trainer_module
     from openrlhf_ada.trainer.ppo_trainer import AdoraPoolTrainerMixin
-    from openrlhf_ada.utils.signal_watch import SignalState
+    from openrlhf_ada.trainer.signal_watch import SignalState
 
     class Upstream:
         def train_step(self, rollout_samples, global_step):

@@ -12,7 +12,7 @@ import pytest
 
 from openrlhf_ada.cli.train_local import main, parse_local_args, run
 from openrlhf_ada.trainer.local_trainer import LocalTrainer
-from openrlhf_ada.utils.metrics_log import read_metrics
+from openrlhf_ada.trainer.metrics_log import read_metrics
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -167,7 +167,7 @@ def stale_build_locks() -> list:
     first. Returns the lock paths."""
     from torch.utils.cpp_extension import _get_build_directory
 
-    from openrlhf_ada.cpu_compat import DEEPSPEED_CPU_OPS, build_lock_state
+    from openrlhf_ada.cpu.patches import DEEPSPEED_CPU_OPS, build_lock_state
 
     locks = []
     for name in DEEPSPEED_CPU_OPS.values():
@@ -350,7 +350,7 @@ def two_node_cluster(tmp_path_factory, shm_watch_module):
     """One local Ray of two nodes with one logical GPU each, shared by the shipped-script tests (NUM_NODES=2,
     NUM_GPUS=1: an actor rank and a vLLM engine per node; a job's actors and placement groups end with the job).
     When it stops, the shared memory of every engine the jobs started goes with it."""
-    from openrlhf_ada.utils.local_ray import LocalRayCluster
+    from openrlhf_ada.cpu.local_ray import LocalRayCluster
 
     since = shm_watch_module()
     with LocalRayCluster(nodes=2, gpus_per_node=1, log_dir=str(tmp_path_factory.mktemp("ray_logs"))) as cluster:

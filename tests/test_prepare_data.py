@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import openrlhf_ada  # noqa: F401  (CPU compat placeholder before anything imports openrlhf)
-from openrlhf_ada.cli import prepare_data
 from openrlhf_ada.cli.prepare_data import build_parser, main
+from openrlhf_ada.data import prepare as prepare_data
 
 REWARDS = Path(__file__).resolve().parents[1] / "openrlhf_ada" / "rewards"
 FIELDS = {"input", "label", "datasource"}

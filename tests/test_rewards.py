@@ -24,7 +24,7 @@ import pytest
 import torch
 
 import openrlhf_ada  # noqa: F401  (CPU compat placeholder before anything imports openrlhf)
-from openrlhf_ada.cli.prepare_data import (
+from openrlhf_ada.data.prepare import (
     countdown_label,
     countdown_prompt,
     kk_label,
@@ -377,7 +377,7 @@ def test_upstream_end_to_end_with_real_tokenizer(monkeypatch):
     """The whole upstream sample path: chat template -> tokens -> (fake) vLLM -> decode -> reward -> Experience."""
     from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
 
-    from openrlhf_ada.utils.tiny_llama import _build_tokenizer
+    from openrlhf_ada.models.tiny_llama import _build_tokenizer
 
     monkeypatch.setenv(MODE_ENV, "logic_rl")
     tokenizer = _build_tokenizer()

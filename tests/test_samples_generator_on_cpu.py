@@ -16,8 +16,8 @@ import ray
 from transformers import AutoTokenizer
 
 from openrlhf_ada.cli.train_ppo_ray import parse_args
+from openrlhf_ada.cpu.kv_cache import engine_kwargs
 from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
-from openrlhf_ada.utils.kv_cache import engine_kwargs
 
 pytestmark = pytest.mark.slow
 

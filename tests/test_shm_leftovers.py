@@ -1,4 +1,4 @@
-"""openrlhf_ada.utils.shm_leftovers: the shared-memory segments of killed processes are found and removed; nobody
+"""openrlhf_ada.cpu.shm_leftovers: the shared-memory segments of killed processes are found and removed; nobody
 else's are touched. A child process holds a segment the way vLLM's engine processes do (created with Python's
 SharedMemory, name /dev/shm/psm_*) and is killed with SIGKILL, as Ray kills actors."""
 
@@ -10,7 +10,7 @@ from multiprocessing import shared_memory
 
 import pytest
 
-from openrlhf_ada.utils.shm_leftovers import (
+from openrlhf_ada.cpu.shm_leftovers import (
     mapped_segments,
     orphans,
     process_tree,

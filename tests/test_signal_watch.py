@@ -5,7 +5,7 @@ them (upstream stores each value as tensor([v]))."""
 import pytest
 import torch
 
-from openrlhf_ada.utils.signal_watch import (
+from openrlhf_ada.trainer.signal_watch import (
     SignalState,
     SignalWatchConfig,
     bad_label_reason,

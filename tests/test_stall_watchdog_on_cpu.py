@@ -23,10 +23,10 @@ from transformers import AutoTokenizer
 
 from openrlhf_ada.args import ENGINE_TIMEOUT_FLOOR, SLOW_DECODE_TOKENS_PER_S, fault_config
 from openrlhf_ada.cli.train_ppo_ray import parse_args
+from openrlhf_ada.cpu.kv_cache import engine_kwargs
 from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
 from openrlhf_ada.trainer.ppo_utils.stall_watch import StallWatch
 from openrlhf_ada.trainer.ray.vllm_engine import GuardedRolloutRayActor
-from openrlhf_ada.utils.kv_cache import engine_kwargs
 
 REWARD_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripted_reward.py")  # labels script it
 MAX_LEN = 512  # the tiny llama's positions

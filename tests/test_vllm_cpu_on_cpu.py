@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from openrlhf_ada.utils.kv_cache import engine_kwargs
+from openrlhf_ada.cpu.kv_cache import engine_kwargs
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -24,7 +24,7 @@ if __name__ == "__main__":
 
     model, n, max_tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     prompts = ["What is 1 + 2?", "The answer is", "Hello"]
-    from openrlhf_ada.utils.kv_cache import engine_kwargs
+    from openrlhf_ada.cpu.kv_cache import engine_kwargs
 
     llm = vllm.LLM(model=model, dtype="float32", enforce_eager=True, **engine_kwargs(model, 256, 64),
                    max_model_len=256, seed=0)

@@ -9,7 +9,7 @@ WORK=$(realpath "$WORK")  # the reward file is loaded inside Ray workers: absolu
 PY=.venv/bin/python
 $PY - "$WORK" <<'PY'
 import json, sys
-from openrlhf_ada.utils.tiny_llama import build_tiny_llama
+from openrlhf_ada.models.tiny_llama import build_tiny_llama
 
 work = sys.argv[1]
 build_tiny_llama(f"{work}/model", seed=0)

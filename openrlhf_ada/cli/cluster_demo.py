@@ -30,7 +30,7 @@ import sys
 import time
 
 import openrlhf_ada  # noqa: F401
-from openrlhf_ada.utils.local_ray import LocalRayCluster
+from openrlhf_ada.cpu.local_ray import LocalRayCluster
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPTS = os.path.join(REPO, "examples", "scripts")
@@ -41,7 +41,7 @@ TRAINING_SCRIPTS = ("train_adora_reinforce_ada.sh", "train_reinforce_ada.sh", "t
 
 # Sized for 2 CPU cores and 24 GB (measured: see README). The script's own flags (ZeRO-3, colocation, sleep,
 # the algorithms' settings) stay as they are; these come after them and win. The engines' KV cache is sized from
-# these shapes in the CPU mode (openrlhf_ada/utils/kv_cache.py), whatever the script's --vllm.gpu_memory_utilization.
+# these shapes in the CPU mode (openrlhf_ada/cpu/kv_cache.py), whatever the script's --vllm.gpu_memory_utilization.
 # 4 samples per prompt whatever the script's n (8 in the GRPO and Est scripts), so that every script's step is the
 # train batch of 32 samples.
 TINY_ARGS = [
@@ -63,7 +63,7 @@ def prepare(model: str, out: str, prompts: int, seed: int) -> dict:
     os.makedirs(out, exist_ok=True)
     data = os.path.join(out, "data.jsonl")
     if model == "tiny":
-        from openrlhf_ada.utils.tiny_llama import build_tiny_llama
+        from openrlhf_ada.models.tiny_llama import build_tiny_llama
 
         model_path = build_tiny_llama(os.path.join(out, "model"), seed=seed)
         with open(data, "w", encoding="utf-8") as f:
@@ -71,8 +71,8 @@ def prepare(model: str, out: str, prompts: int, seed: int) -> dict:
                 f.write(json.dumps({"input": f"Say a number {i}:", "label": "digit"}) + "\n")
         reward = "openrlhf_ada/rewards/toy.py"
     else:
-        from openrlhf_ada.utils.demo_task import write_demo_dataset
-        from openrlhf_ada.utils.smollm2 import smollm2_checkpoint
+        from openrlhf_ada.data.demo_task import write_demo_dataset
+        from openrlhf_ada.models.smollm2 import smollm2_checkpoint
 
         model_path = smollm2_checkpoint()
         write_demo_dataset(data, size=prompts, seed=seed, max_digits=1)
@@ -102,7 +102,7 @@ def submit(cluster: LocalRayCluster, env_vars: dict, extra: list, log_path: str,
 
 
 def summary(save_path: str) -> str:
-    from openrlhf_ada.utils.metrics_log import read_metrics
+    from openrlhf_ada.trainer.metrics_log import read_metrics
 
     metrics = os.path.join(save_path, "ckpt", "metrics.jsonl")
     lines = []

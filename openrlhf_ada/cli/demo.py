@@ -20,7 +20,7 @@ import sys
 import time
 from types import SimpleNamespace
 
-from openrlhf_ada.cpu_compat import use_cpu_mode_without_cuda
+from openrlhf_ada.cpu.patches import use_cpu_mode_without_cuda
 
 use_cpu_mode_without_cuda()  # a machine without CUDA runs the demo in the CPU mode
 
@@ -59,8 +59,8 @@ def plot(metrics_path: str, png: str, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from openrlhf_ada.utils.heldout import plot_heldout
-    from openrlhf_ada.utils.metrics_log import read_metrics
+    from openrlhf_ada.trainer.heldout import plot_heldout
+    from openrlhf_ada.trainer.metrics_log import read_metrics
 
     rows = read_metrics(metrics_path)
     trained = [r for r in rows if r.get("reward_mean") is not None]  # the step-0 row holds only the evaluation
@@ -90,7 +90,7 @@ def plot(metrics_path: str, png: str, title: str) -> None:
 
 def write_data(out: str, prompts: int, eval_prompts: int) -> tuple:
     """The training file (seed 0) and the held-out file (seed 1, none of the training problems; checked)."""
-    from openrlhf_ada.utils.demo_task import write_demo_dataset, write_heldout_dataset
+    from openrlhf_ada.data.demo_task import write_demo_dataset, write_heldout_dataset
 
     if prompts < 1 or eval_prompts < 1 or prompts + eval_prompts > DISTINCT_PROBLEMS:
         raise ValueError(f"--prompts {prompts} and --eval-prompts {eval_prompts}: each at least 1, together at most "
@@ -114,8 +114,8 @@ def main(argv=None) -> int:
         return 2
 
     from openrlhf_ada.cli.train_local import check_output_dir, parse_local_args, run
-    from openrlhf_ada.utils.heldout import ACCURACY, eval_rows
-    from openrlhf_ada.utils.smollm2 import smollm2_checkpoint
+    from openrlhf_ada.models.smollm2 import smollm2_checkpoint
+    from openrlhf_ada.trainer.heldout import ACCURACY, eval_rows
 
     try:  # an earlier demo run in --out is refused now, before the model is prepared (train_local's own check)
         check_output_dir(SimpleNamespace(
@@ -137,7 +137,7 @@ def main(argv=None) -> int:
     model = smollm2_checkpoint()
     argv = ["--actor.model_name_or_path", model, "--data.prompt_dataset", data, "--eval.dataset", heldout,
             "--reward.remote_url", REWARD_FILE, "--local.output_dir", args.out, *DEMO_FLAGS, *extra]
-    from openrlhf_ada.utils.kv_cache import KvCacheError
+    from openrlhf_ada.cpu.kv_cache import KvCacheError
 
     try:
         run(parse_local_args(argv))
@@ -147,7 +147,7 @@ def main(argv=None) -> int:
     png = os.path.join(args.out, "demo.png")
     plot(os.path.join(args.out, "metrics.jsonl"), png,
          "SmolLM2-135M-Instruct on chain_sum (one digit), GRPO + ADORA + Reinforce-Ada-balance, 2 CPU cores")
-    from openrlhf_ada.utils.metrics_log import read_metrics
+    from openrlhf_ada.trainer.metrics_log import read_metrics
 
     rows = read_metrics(args.out)
     trained = [r for r in rows if r.get("reward_mean") is not None]

@@ -23,7 +23,7 @@ import os
 import sys
 from typing import Optional
 
-from openrlhf_ada.cpu_compat import use_cpu_mode_without_cuda
+from openrlhf_ada.cpu.patches import use_cpu_mode_without_cuda
 
 use_cpu_mode_without_cuda()  # before anything imports openrlhf: on a machine without CUDA, the CPU mode
 
@@ -97,7 +97,7 @@ def _hub_offline() -> bool:
 
 def validate_local(args) -> None:
     """Checks that need the local file system, before Ray or a model starts (raise ValueError: what, where, fix)."""
-    from openrlhf_ada.data_checks import check_prompt_file
+    from openrlhf_ada.data.checks import check_prompt_file
 
     model = args.actor.model_name_or_path
     if not model:
@@ -106,6 +106,13 @@ def validate_local(args) -> None:
         raise ValueError(f"--actor.model_name_or_path {model!r} is not a local folder and the Hugging Face hub is "
                          "offline (HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE): download it on a machine with network and "
                          "pass the folder")
+    if args.reward.model_name_or_path:
+        raise ValueError(
+            f"--reward.model_name_or_path {args.reward.model_name_or_path!r}: train_local scores samples with a reward "
+            "function only (--reward.remote_url path/to/reward.py or an HTTP reward server); it starts no reward "
+            "model. Train with a reward model through the cluster launcher, python -m openrlhf_ada.cli.train_ppo_ray "
+            "(also on one machine), or drop the flag"
+        )
     if not args.reward.remote_url and not args.train.agent_func_path:
         raise ValueError("train_local needs a reward function: --reward.remote_url path/to/reward.py")
     if args.algo.advantage.estimator == "gae":
@@ -143,14 +150,14 @@ def validate_local(args) -> None:
 
 
 def engine_kv_cache(args):
-    """The explicit KV cache of the vLLM engine on CPU (openrlhf_ada.utils.kv_cache), or None: on a GPU, with the
+    """The explicit KV cache of the vLLM engine on CPU (openrlhf_ada.cpu.kv_cache), or None: on a GPU, with the
     HF engine, or for a hub model name (its config is not on disk yet)."""
     import torch
 
     model = args.actor.model_name_or_path
     if args.local.engine != "vllm" or torch.cuda.is_available() or not os.path.isdir(model):
         return None
-    from openrlhf_ada.utils.kv_cache import plan_kv_cache
+    from openrlhf_ada.cpu.kv_cache import plan_kv_cache
 
     return plan_kv_cache(args, model, "float32", args.local.max_model_len or args.data.max_len,
                          override_gib=args.local.kv_cache_gb)
@@ -179,7 +186,7 @@ def validate_eval(args) -> None:
 def check_output_dir(args) -> None:
     """Refuse to start over an earlier run (metrics or a checkpoint) unless --ckpt.load_enable continues it or
     --local.overwrite replaces it."""
-    from openrlhf_ada.utils.checkpoint_dir import find_checkpoint
+    from openrlhf_ada.trainer.checkpoint_dir import find_checkpoint
 
     out = args.local.output_dir
     ckpt_root = args.ckpt.path or os.path.join(out, "ckpt")
@@ -245,10 +252,10 @@ def start_engine(args, config: LocalConfig, kv=None):
 
 def stop_engine(engine) -> None:
     """Kill the engine actor, then remove the shared-memory segments its vLLM processes leave when killed
-    (openrlhf_ada.utils.shm_leftovers: 0.4 GB of RAM per run otherwise)."""
+    (openrlhf_ada.cpu.shm_leftovers: 0.4 GB of RAM per run otherwise)."""
     import ray
 
-    from openrlhf_ada.utils.shm_leftovers import mapped_segments, remove_segments
+    from openrlhf_ada.cpu.shm_leftovers import mapped_segments, remove_segments
 
     try:
         segments = mapped_segments([ray.get(engine.__ray_call__.remote(_own_pid), timeout=30)])
@@ -263,13 +270,13 @@ def _own_pid(actor) -> int:
 
 
 def load_prompts(args, strategy, tokenizer, *, evaluation: bool = False):
-    """OpenRLHF's PromptDataset, after the checks of openrlhf_ada.data_checks (reported before training starts);
+    """OpenRLHF's PromptDataset, after the checks of openrlhf_ada.data.checks (reported before training starts);
     prompts longer than the prompt budget are skipped. `evaluation`: the --eval.dataset (upstream's eval loading:
     --eval.split, no sampling probabilities, at most --data.max_samples rows)."""
     from openrlhf.datasets import PromptDataset
     from openrlhf.datasets.utils import blending_datasets
 
-    from openrlhf_ada.data_checks import DataCheckError, check_prompt_file, too_long_prompts
+    from openrlhf_ada.data.checks import DataCheckError, check_prompt_file, too_long_prompts
 
     flag = "--eval.dataset" if evaluation else "--data.prompt_dataset"
     files = args.eval.dataset if evaluation else args.data.prompt_dataset
@@ -363,7 +370,7 @@ def run(args) -> dict:
     write_run_config(args, config.output_dir, eval_prompts)
     kv = engine_kv_cache(args)
     if kv is not None:  # before Ray and the engine start: vLLM would fail the same way after loading the model
-        from openrlhf_ada.utils.kv_cache import check_node_holds
+        from openrlhf_ada.cpu.kv_cache import check_node_holds
 
         check_node_holds(kv.bytes, "--local.kv_cache_gb GIB", how=f" ({kv.how})")
     if not ray.is_initialized():
@@ -385,8 +392,8 @@ def run(args) -> dict:
     metrics_path = os.path.join(config.output_dir, "metrics.jsonl")
     print(f"[train_local] metrics: {metrics_path}; checkpoint: {trainer.checkpoint_dir}")
     if eval_prompts is not None:
-        from openrlhf_ada.utils.heldout import write_plot
-        from openrlhf_ada.utils.metrics_log import read_metrics
+        from openrlhf_ada.trainer.heldout import write_plot
+        from openrlhf_ada.trainer.metrics_log import read_metrics
 
         png = os.path.join(config.output_dir, "heldout.png")
         if write_plot(read_metrics(metrics_path), png, f"held-out accuracy: {args.eval.dataset}"):
@@ -395,8 +402,8 @@ def run(args) -> dict:
 
 
 def main(argv=None) -> None:
-    from openrlhf_ada.data_checks import DataCheckError
-    from openrlhf_ada.utils.kv_cache import KvCacheError
+    from openrlhf_ada.cpu.kv_cache import KvCacheError
+    from openrlhf_ada.data.checks import DataCheckError
 
     args = parse_local_args(list(sys.argv[1:] if argv is None else argv))
     try:

@@ -13,7 +13,7 @@ with three hooks set before it starts:
 
 The parsed namespace, project flags included, travels to every actor inside `strategy.args`.
 
-CPU mode (`OPENRLHF_ADA_CPU=1` on a machine without CUDA; see openrlhf_ada.cpu_compat): the same run on CPU. The
+CPU mode (`OPENRLHF_ADA_CPU=1` on a machine without CUDA; see openrlhf_ada.cpu.patches): the same run on CPU. The
 patches are applied in this process, carried to every Ray worker (setup hook + env var) and to vLLM's processes
 (plugin); after upstream's checks, flags that cannot work on CPU are switched for their CPU equivalents (each
 switch printed) or refused; a Ray started here declares logical GPUs for upstream's bundles, and a cluster without
@@ -31,11 +31,11 @@ import sys
 from typing import Callable, Optional
 
 import openrlhf_ada  # noqa: F401  (CPU compatibility before anything imports openrlhf)
-from openrlhf_ada import cpu_compat
 from openrlhf_ada.args import add_project_args, validate
+from openrlhf_ada.cpu import patches as cpu_compat
 
 PROG = "python -m openrlhf_ada.cli.train_ppo_ray"
-WORKER_SETUP_HOOK = "openrlhf_ada.cpu_compat.worker_setup_hook"
+WORKER_SETUP_HOOK = "openrlhf_ada.cpu.patches.worker_setup_hook"
 DESCRIPTION = (
     "OpenRLHF 0.11.2 PPO/GRPO trainer (all upstream flags) with ADORA (--adora.*) and Reinforce-Ada (--ada.*)."
 )
@@ -92,11 +92,11 @@ def _wrap_ray_init(env_vars: dict, args=None) -> None:
 def _shutdown_own_ray() -> None:
     """After upstream's train(), also when it fails: shut Ray down here, and unlink the shared-memory segments
     (/dev/shm/psm_*, 160 MB or more each) that the vLLM engine processes under this process map, since Ray kills
-    them with SIGKILL and they leave them behind (openrlhf_ada.utils.shm_leftovers). Only a Ray this process
+    them with SIGKILL and they leave them behind (openrlhf_ada.cpu.shm_leftovers). Only a Ray this process
     started has its workers under this process: on a cluster it joined, nothing is found and nothing removed."""
     import ray
 
-    from openrlhf_ada.utils.shm_leftovers import mapped_segments, remove_segments
+    from openrlhf_ada.cpu.shm_leftovers import mapped_segments, remove_segments
 
     if not ray.is_initialized():
         return

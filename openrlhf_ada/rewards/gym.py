@@ -1,6 +1,6 @@
 """reasoning-gym reward for OpenRLHF: ``--reward.remote_url openrlhf_ada/rewards/gym.py``.
 
-Data: :func:`openrlhf_ada.utils.demo_task.write_demo_dataset` (the CPU demo's task, reasoning-gym's ``chain_sum``
+Data: :func:`openrlhf_ada.data.demo_task.write_demo_dataset` (the CPU demo's task, reasoning-gym's ``chain_sum``
 asked as "What is 7 - 3? Answer with just the number."). The label is a JSON object in a string that names the
 reasoning-gym dataset and carries the generated entry its scorer needs::
 

@@ -7,11 +7,11 @@ One step, read top to bottom in `LocalTrainer.step`:
    make_experience does, then `AdoraPoolExperienceMaker.compute_advantages_and_returns` (estimators, ADORA, pool baseline);
 3. update: upstream's `PolicyLoss` (clipping, token-mean), AdamW, gradient clipping, optional KL loss;
 4. the engine loads the new weights (a safetensors file), metrics go to JSONL / tensorboard / wandb (with the reward
-   file's own extra_logs as `reward_file/*` and the signal checks of openrlhf_ada.utils.signal_watch, whose
+   file's own extra_logs as `reward_file/*` and the signal checks of openrlhf_ada.trainer.signal_watch, whose
    warnings go to stderr), and a checkpoint is written every `--ckpt.save_steps` steps and at the end. Resuming restores weights, optimizer, data position
    and sampler state, so the same seed gives the same samples.
 
-Held-out evaluation (`--eval.dataset`, see openrlhf_ada.utils.heldout): upstream's evaluation generation and metrics
+Held-out evaluation (`--eval.dataset`, see openrlhf_ada.trainer.heldout): upstream's evaluation generation and metrics
 on the eval prompts (and with `--eval.avg_k` a second, seeded pass of k samples per problem for avg@k), before
 training (a row of its own, step 0, when the run starts fresh), after every `--eval.steps`-th step, after each step
 whose running token total crosses a multiple of `--local.eval_tokens`, and after the last step (`--local.max_steps`,
@@ -23,7 +23,7 @@ data position, sampler step, RNG, signal checks) as it was when the last step co
 model or optimizer have been touched since. After a failure or a second signal it writes that step's checkpoint only
 when the model is still exactly as that step left it (a failure while generating or scoring); when the failed step
 had already started the update, the previous checkpoint is left as it was. Replacing a checkpoint is crash-safe
-(openrlhf_ada.utils.checkpoint_dir).
+(openrlhf_ada.trainer.checkpoint_dir).
 """
 
 from __future__ import annotations
@@ -49,13 +49,13 @@ from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
 from safetensors.torch import save_file
 from tqdm import tqdm
 
+from openrlhf_ada.trainer.checkpoint_dir import find_checkpoint, remove_checkpoint, write_checkpoint
+from openrlhf_ada.trainer.heldout import ACCURACY, EvalLoader, avg_at_k_metrics, describe, eval_config, heldout_metrics
+from openrlhf_ada.trainer.metrics_log import MetricsWriter, keep_rows_up_to
 from openrlhf_ada.trainer.ppo_utils.experience_maker import AdoraPoolExperienceMaker
 from openrlhf_ada.trainer.ppo_utils.sample_failures import rewards_of, sample_score
 from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
-from openrlhf_ada.utils.checkpoint_dir import find_checkpoint, remove_checkpoint, write_checkpoint
-from openrlhf_ada.utils.heldout import ACCURACY, EvalLoader, avg_at_k_metrics, describe, eval_config, heldout_metrics
-from openrlhf_ada.utils.metrics_log import MetricsWriter, keep_rows_up_to
-from openrlhf_ada.utils.signal_watch import SignalState, observe, reward_file_logs
+from openrlhf_ada.trainer.signal_watch import SignalState, observe, reward_file_logs
 
 
 @dataclass(frozen=True)
@@ -264,7 +264,7 @@ class LocalTrainer:
     def evaluate(self) -> Dict[str, float]:
         """Held-out evaluation of the current policy (the engine holds its weights): upstream's eval generation
         over the whole eval set (--eval.temperature, --eval.n_samples_per_prompt), then with --eval.avg_k a second
-        pass of k samples per problem for avg@k; metrics of openrlhf_ada.utils.heldout."""
+        pass of k samples per problem for avg@k; metrics of openrlhf_ada.trainer.heldout."""
         ev = self.args.eval
         t0 = time.time()
         # the transformers engine seeds samples by (seed, epoch, prompt, k): every evaluation draws with the same
@@ -358,7 +358,7 @@ class LocalTrainer:
 
     def watch_signal(self, step: int, samples: List[Experience]) -> Dict[str, float]:
         """The reward file's own extra_logs (means, ``reward_file/*``) and the signal checks of
-        openrlhf_ada.utils.signal_watch; their warnings go to the driver's stderr."""
+        openrlhf_ada.trainer.signal_watch; their warnings go to the driver's stderr."""
         infos = [s.info for s in samples]
         self.signal_state, metrics, warnings = observe(
             self.signal_state, step=step, rewards=rewards_of(samples), infos=infos,
@@ -426,7 +426,7 @@ class LocalTrainer:
 
     # ------------------------------------------------------------------------------------------------------------
     def step_metrics(self, samples, experiences, n, train_stats, t_gen, t_train) -> Dict[str, float]:
-        """The standard keys of openrlhf_ada.utils.metrics_log for every run, plus the algorithms' own metrics."""
+        """The standard keys of openrlhf_ada.trainer.metrics_log for every run, plus the algorithms' own metrics."""
         threshold = self.args.ada.positive_threshold
         rewards = torch.tensor(rewards_of(samples))
         scores = torch.tensor([sample_score(s) for s in samples])

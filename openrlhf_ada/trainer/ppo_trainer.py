@@ -13,15 +13,15 @@ import ray
 from openrlhf.trainer.ppo_trainer import PPOTrainer, compute_eval_metrics
 from openrlhf.utils.logging_utils import init_logger
 
+from openrlhf_ada.trainer.heldout import EVAL_PREFIX, avg_at_k_metrics, describe, eval_config, heldout_metrics
+from openrlhf_ada.trainer.metrics_log import MetricsWriter, keep_rows_up_to, read_metrics, standardize
 from openrlhf_ada.trainer.ppo_utils.batching import data_parallel_unit
 from openrlhf_ada.trainer.ppo_utils.experience_maker import AdoraPoolExperienceMaker
 from openrlhf_ada.trainer.ppo_utils.loader_state import LoaderWithSamplerState
 from openrlhf_ada.trainer.ppo_utils.sample_failures import rewards_of
 from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
 from openrlhf_ada.trainer.ray.engine_health import lost_engines_message, probe_engines
-from openrlhf_ada.utils.heldout import EVAL_PREFIX, avg_at_k_metrics, describe, eval_config, heldout_metrics
-from openrlhf_ada.utils.metrics_log import MetricsWriter, keep_rows_up_to, read_metrics, standardize
-from openrlhf_ada.utils.signal_watch import SignalState, observe
+from openrlhf_ada.trainer.signal_watch import SignalState, observe
 
 logger = init_logger(__name__)
 
@@ -109,7 +109,7 @@ class AdoraPoolTrainerMixin:
 
     def evaluate(self, global_step, **generate_kwargs):
         """Upstream's evaluation (its generation, `compute_eval_metrics`' keys, the best-checkpoint metric) plus the
-        held-out keys of openrlhf_ada.utils.heldout: accuracy and its standard error, and avg@k with
+        held-out keys of openrlhf_ada.trainer.heldout: accuracy and its standard error, and avg@k with
         --eval.avg_k. Logged to wandb/tensorboard as upstream logs its own (eval/<key>), and added to the step's
         row of metrics.jsonl under train_local's names (eval/accuracy, eval/avg_at_k, ...)."""
         t0 = time.time()
@@ -127,7 +127,7 @@ class AdoraPoolTrainerMixin:
 
 
 def standard_metrics(status: dict, n: int) -> dict:
-    """A step's upstream status dict (numbers kept) plus the standard keys of openrlhf_ada.utils.metrics_log,
+    """A step's upstream status dict (numbers kept) plus the standard keys of openrlhf_ada.trainer.metrics_log,
     derived by the same mapping the compare tool applies (`standardize`)."""
     row = {k: float(v) for k, v in status.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     standard = standardize([{**row, "step": 0}], "trainer status")[0]

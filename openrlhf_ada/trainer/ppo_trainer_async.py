@@ -7,12 +7,12 @@ import openrlhf.trainer.ppo_trainer_async as upstream
 import ray
 from openrlhf.utils.logging_utils import init_logger
 
+from openrlhf_ada.trainer.heldout import describe
 from openrlhf_ada.trainer.ppo_trainer import (
     AdoraPoolTrainerMixin,
     cluster_evaluation,
     install_cluster_samples_generator,
 )
-from openrlhf_ada.utils.heldout import describe
 
 logger = init_logger(__name__)
 

@@ -4,7 +4,8 @@ Only the training generation step changes (`_generate_vllm` outside evaluation):
 (round_loop.py), where each prompt's `PromptPool` (openrlhf_ada.algorithms.reinforce_ada) decides round sizes, the
 exit rule, the outcome and the kept group, and the step only moves data between pools and engines. Without
 --ada.enable, training generation runs through the same loop as one round of n samples per prompt
-(`fixed_n_config`): the groups are upstream's, and failed rewards, dead engines and metrics are handled alike.
+(`fixed_n_config`): the groups are upstream's, and failed rewards, dead engines and metrics are handled alike. With
+n = 1, or when a reward model scores the samples after generation (`scored_by_reward_model`), it is upstream's.
 
 What outlives a step lives here: the generation-call counter that seeds the per-prompt generators, the epoch (a
 pass over the data, counted when a fresh iterator of the prompt loader yields its first prompt), the
@@ -37,6 +38,7 @@ from openrlhf_ada.algorithms.estimate import SeenWatch
 from openrlhf_ada.algorithms.history import PromptHistory
 from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool
 from openrlhf_ada.args import ada_config, fault_config
+from openrlhf_ada.rewards.checks import scored_by_reward_model
 from openrlhf_ada.trainer.ppo_utils.round_loop import RoundStep
 from openrlhf_ada.trainer.ppo_utils.sample_failures import reward_failed
 from openrlhf_ada.trainer.ppo_utils.stall_watch import StallWatch
@@ -73,10 +75,13 @@ class RoundsSamplesGenerator(SamplesGenerator):
         super().__init__(*args, **kwargs)
         self.ada = ada_config(self.args) if self.args.ada.enable else None
         # Without Reinforce-Ada, training generation is one round of n per prompt through the same machinery, so
-        # failed rewards, dead engines, metrics and ordering are handled alike (n = 1 stays upstream's path).
+        # failed rewards, dead engines, metrics and ordering are handled alike. Upstream's path stays for n = 1, and
+        # when a reward model scores the samples after generation (the engines return none: nothing for the loop to
+        # judge; the launcher refuses --ada.enable then).
         n = self.args.rollout.n_samples_per_prompt
         seed = getattr(self.args.train, "seed", AdaConfig.seed)
-        self.rounds = self.ada or (fixed_n_config(n, seed=seed) if n >= 2 else None)
+        fixed_n = n >= 2 and not scored_by_reward_model(self.args)
+        self.rounds = self.ada or (fixed_n_config(n, seed=seed) if fixed_n else None)
         self.fault = fault_config(self.args)
         self.batch_unit = n  # a short step holds a multiple of this many samples (the cluster trainers set it)
         self._carry: List[Experience] = []  # whole groups held back from a short step for the next one

@@ -15,6 +15,10 @@ every sample as an unreachable URL. Here, with no side effects (the file is pars
 
 A ``reward_func`` bound otherwise (an assignment, an import) is accepted as is: its signature cannot be read
 without running the file. Errors in the file's imports still show when an engine loads it.
+
+`scored_by_reward_model(args)` says where rewards come from: with ``--reward.model_name_or_path`` and neither
+``--reward.remote_url`` nor ``--train.agent_func_path``, upstream builds a reward-model actor group, the engines return
+reward=None, and the experience maker scores each step's samples after generation.
 """
 
 from __future__ import annotations
@@ -27,6 +31,13 @@ from urllib.parse import urlparse
 FLAG = "--reward.remote_url"
 ENTRY_POINT = "reward_func"
 CALL = "reward_func(queries, prompts, labels)"
+
+
+def scored_by_reward_model(args) -> bool:
+    """Rewards come from upstream's reward model, after generation (module doc); no sample has one while it samples."""
+    reward = getattr(args, "reward", None)
+    agent = getattr(getattr(args, "train", None), "agent_func_path", None)
+    return bool(getattr(reward, "model_name_or_path", None)) and not getattr(reward, "remote_url", None) and not agent
 
 
 def reward_entries(remote_url: Union[str, Sequence[str], None]) -> List[str]:

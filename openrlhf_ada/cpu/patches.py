@@ -1,4 +1,5 @@
-"""Everything that lets OpenRLHF run on a machine without CUDA, in one place, and only there.
+"""The CPU mode's patches: what lets OpenRLHF run on a machine without CUDA (the rest of the CPU mode is beside it, in
+openrlhf_ada/cpu/, and nowhere else).
 
 Nothing here acts unless the run is CPU-only: ``OPENRLHF_ADA_CPU=1`` is set AND torch sees no CUDA device
 (:func:`cpu_mode_active`). A GPU node never gets any of it, even with the variable set; without the variable,
@@ -10,7 +11,7 @@ Two layers:
 
 1. Imports: :func:`install`, below. ``openrlhf.models`` imports ``flash_attn`` at module level, and the
    ``flash_attn`` package imports its compiled CUDA extension ``flash_attn_2_cuda`` at import time. On the CPU stack
-   (see the project spec, "The CPU stack") flash-attn is installed python-only: there is no such extension file, so
+   (scripts/setup_env.sh) flash-attn is installed python-only: there is no such extension file, so
    that import fails and with it ``openrlhf.models``, the trainers and the vLLM engine module. In the CPU mode,
    :func:`install` registers a placeholder module under that name, only when no extension file of that name exists.
    It never imports the extension itself: a real CUDA build loads only once torch has loaded libtorch (flash-attn's
@@ -21,7 +22,7 @@ Two layers:
    upstream's whole Ray pipeline (DeepSpeed ZeRO-3 actors, vLLM engines, weight sync) run on CPU.
 
 Ray workers import modules fresh, so patches made in the driver do not reach them: start Ray with
-``runtime_env={"worker_process_setup_hook": "openrlhf_ada.cpu_compat.worker_setup_hook"}`` (see :data:`RAY_RUNTIME_ENV`).
+``runtime_env={"worker_process_setup_hook": "openrlhf_ada.cpu.patches.worker_setup_hook"}`` (see :data:`RAY_RUNTIME_ENV`).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from typing import Optional, Tuple
 
 EXT_NAME = "flash_attn_2_cuda"
 #: Ray ``runtime_env`` that installs the placeholder in every worker process.
-RAY_RUNTIME_ENV = {"worker_process_setup_hook": "openrlhf_ada.cpu_compat.worker_setup_hook"}
+RAY_RUNTIME_ENV = {"worker_process_setup_hook": "openrlhf_ada.cpu.patches.worker_setup_hook"}
 
 
 class _MissingCudaExtension(types.ModuleType):
@@ -52,9 +53,9 @@ class _MissingCudaExtension(types.ModuleType):
     is_openrlhf_ada_placeholder = True
 
     def __init__(self, name: str):
-        super().__init__(name, f"Placeholder for the CUDA extension {name!r} (see openrlhf_ada.cpu_compat).")
+        super().__init__(name, f"Placeholder for the CUDA extension {name!r} (see openrlhf_ada.cpu.patches).")
         # A real spec keeps importlib.util.find_spec(name) from raising "__spec__ is None".
-        self.__spec__ = importlib.machinery.ModuleSpec(name, loader=None, origin="openrlhf_ada.cpu_compat placeholder")
+        self.__spec__ = importlib.machinery.ModuleSpec(name, loader=None, origin="openrlhf_ada.cpu.patches placeholder")
 
     def __getattr__(self, name: str):
         if name.startswith("_"):
@@ -64,7 +65,7 @@ class _MissingCudaExtension(types.ModuleType):
         def _needs_cuda(*args, **kwargs):
             raise RuntimeError(
                 f"{module_name}.{name} needs a CUDA GPU with the compiled flash-attn extension; this machine has "
-                f"only a python-only flash-attn install, and openrlhf_ada.cpu_compat put a placeholder under "
+                f"only a python-only flash-attn install, and openrlhf_ada.cpu.patches put a placeholder under "
                 f"'{module_name}' so that openrlhf imports on CPU."
             )
 
@@ -150,7 +151,7 @@ def _when_torch_loads(setup) -> None:
 #   where it runs                                 how it gets there
 #   the launcher's process (the Ray driver)       openrlhf_ada.cli.train_ppo_ray / cpu_run call apply_cpu_patches()
 #   every Ray worker (actors, trainer, engines)   worker_setup_hook (Ray's worker_process_setup_hook)
-#   vLLM's EngineCore and Worker processes        openrlhf_ada/vllm_plugin.py, a `vllm.general_plugins` entry point:
+#   vLLM's EngineCore and Worker processes        openrlhf_ada/cpu/vllm_plugin.py, a `vllm.general_plugins` entry point:
 #                                                 they are started by the engine actor, out of reach of Ray's hook
 #
 # Besides the patches: DeepSpeed's CPU ops are built by the launcher before Ray starts, always with this
@@ -374,11 +375,11 @@ def _wrap_cpu_platform_config(wrapper) -> None:
 
 def _patch_vllm_kv_cache_size() -> None:
     """vllm/v1/worker/cpu_worker.py L200-255 sizes the KV cache as ``gpu_memory_utilization`` x the memory node's
-    total RAM minus the engine's own: a size that depends on the machine (openrlhf_ada/utils/kv_cache.py), and
+    total RAM minus the engine's own: a size that depends on the machine (openrlhf_ada/cpu/kv_cache.py), and
     negative on a small node. The engines upstream's ``create_vllm_engines`` starts take no size argument, so the
     launcher puts the size it computed in OPENRLHF_ADA_KV_CACHE_BYTES, and every engine configuration on CPU that
     has none gets it here, before vllm/platforms/cpu.py L198 (``check_and_update_config``) reads it."""
-    from openrlhf_ada.utils.kv_cache import kv_cache_bytes_from_env
+    from openrlhf_ada.cpu.kv_cache import kv_cache_bytes_from_env
 
     def check_and_update_config(original, cls, vllm_config):
         size = kv_cache_bytes_from_env()
@@ -440,7 +441,7 @@ def apply_cpu_patches(vllm_process: bool = False) -> list:
 def cpu_env_vars() -> dict:
     """Ray ``runtime_env`` env_vars that carry the CPU mode (and any OPENRLHF_ADA_CPU_SKIP, and the engines' KV cache
     size) to every worker."""
-    from openrlhf_ada.utils.kv_cache import KV_CACHE_ENV
+    from openrlhf_ada.cpu.kv_cache import KV_CACHE_ENV
 
     env = {CPU_ENV: "1"}
     for name in (SKIP_ENV, KV_CACHE_ENV):
@@ -494,11 +495,11 @@ KV_CACHE_FLAG = "--cpu.kv_cache_gb"
 
 
 def plan_engine_kv_cache(args) -> Optional[str]:
-    """The CPU mode's engines get an explicit KV cache (openrlhf_ada/utils/kv_cache.py): computed from the run's
+    """The CPU mode's engines get an explicit KV cache (openrlhf_ada/cpu/kv_cache.py): computed from the run's
     shapes for each of the --vllm.num_engines engines, or --cpu.kv_cache_gb. Checks that the memory node holds them
     (ValueError naming the sizes and the flag), puts the size where every engine finds it (OPENRLHF_ADA_KV_CACHE_BYTES,
     carried by :func:`cpu_env_vars`) and returns a line for the log; None without engines."""
-    from openrlhf_ada.utils import kv_cache
+    from openrlhf_ada.cpu import kv_cache
 
     engines = args.vllm.num_engines or 0
     if not engines:
@@ -675,7 +676,7 @@ def prepare_deepspeed_cpu_ops(log=_say) -> None:
         builder = get_accelerator().create_op_builder(builder_name)
         if builder is None or builder.name != name:
             raise RuntimeError(f"DeepSpeed's CPU accelerator has no {builder_name} building {name} any more: update "
-                               "openrlhf_ada.cpu_compat.DEEPSPEED_CPU_OPS")
+                               "openrlhf_ada.cpu.patches.DEEPSPEED_CPU_OPS")
         build_dir = _get_build_directory(builder.name, False)
         release_stale_build_lock(build_dir, wait=True, log=log)
         built = os.path.exists(os.path.join(build_dir, f"{builder.name}.so"))

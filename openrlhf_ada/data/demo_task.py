@@ -2,7 +2,7 @@
 
 Default: reasoning-gym's ``chain_sum`` with two terms of 1 or 2 digits (each item draws its digit count; ``+`` or
 ``-``), asked as ``"What is 43 - 76? Answer with just the number."``. Measured with SmolLM2-135M-Instruct (the fp32
-checkpoint of :mod:`openrlhf_ada.utils.smollm2`) on vLLM CPU, 32 prompts, max 64 new tokens, the last number of the
+checkpoint of :mod:`openrlhf_ada.models.smollm2`) on vLLM CPU, 32 prompts, max 64 new tokens, the last number of the
 response scored by ``chain_sum``'s own scorer: 7.8 % of 256 samples at temperature 1.0 (19 of 32 prompts had no
 correct sample out of 8), 25 % greedy. With ``max_digits=1`` (only 200 distinct problems): 19.5 % sampled, 53 %
 greedy. Rambling answers often end in another number, so the reward rises as the model learns to answer briefly.
@@ -23,7 +23,7 @@ Rows are OpenRLHF 0.11.2 prompt-dataset jsonl (``load_dataset("json")``), the sa
 Train with ``--data.prompt_dataset FILE --data.input_key input --data.label_key label --data.apply_chat_template
 --reward.remote_url openrlhf_ada/rewards/gym.py``. The same arguments write a byte-identical file; rows are distinct
 (by ``input``), and an eval file written in the same call shares no row with the training file.
-``python -m openrlhf_ada.utils.demo_task OUT --size N [--seed S] [--eval-out EVAL --eval-size M]`` does the same.
+``python -m openrlhf_ada.data.demo_task OUT --size N [--seed S] [--eval-out EVAL --eval-size M]`` does the same.
 :func:`write_heldout_dataset` writes an eval file on its own (another seed) that excludes a given training file's
 prompts and checks that none is shared.
 """
@@ -205,7 +205,7 @@ def write_heldout_dataset(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m openrlhf_ada.utils.demo_task", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m openrlhf_ada.data.demo_task", description=__doc__.split("\n")[0])
     parser.add_argument("out", help="training jsonl to write")
     parser.add_argument("--size", type=int, required=True)
     parser.add_argument("--seed", type=int, default=0)

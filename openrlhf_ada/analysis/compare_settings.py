@@ -22,7 +22,7 @@ For every headline metric (held-out accuracy first) three values per run are com
 - ``curve``: the mean of its curve over the token range every run covers (the area under it over the width).
 
 Per setting: the mean over seeds and its 95% interval; per setting against the reference: the mean paired
-difference, its 95% interval and whether that excludes zero (see ``openrlhf_ada.utils.seed_stats`` for the t and
+difference, its 95% interval and whether that excludes zero (see ``openrlhf_ada.analysis.seed_stats`` for the t and
 bootstrap intervals). The curves' means and intervals on the common token grid are drawn as bands.
 """
 
@@ -37,7 +37,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from openrlhf_ada.cli.compare import (
+from openrlhf_ada.analysis.compare import (
     BETTER,
     DEFAULT_SEED_PATTERN,
     LABELS,
@@ -47,8 +47,7 @@ from openrlhf_ada.cli.compare import (
     Run,
     saved_config,
 )
-from openrlhf_ada.utils.heldout import ACCURACY, AVG_AT_K
-from openrlhf_ada.utils.seed_stats import (
+from openrlhf_ada.analysis.seed_stats import (
     Interval,
     IntervalMethod,
     band,
@@ -58,6 +57,7 @@ from openrlhf_ada.utils.seed_stats import (
     interpolate,
     mean_interval,
 )
+from openrlhf_ada.trainer.heldout import ACCURACY, AVG_AT_K
 
 HEADLINE = (ACCURACY,) + tuple(m for m in METRICS if BETTER[m] is not None)
 SEED_KEYS = ("train.seed", "seed")

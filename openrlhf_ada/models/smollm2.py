@@ -220,7 +220,7 @@ def smollm2_checkpoint(cache_dir: str | os.PathLike | None = None) -> str:
     return str(target)
 
 
-if __name__ == "__main__":  # python -m openrlhf_ada.utils.smollm2 [cache_dir]: convert (if needed), print the path
+if __name__ == "__main__":  # python -m openrlhf_ada.models.smollm2 [cache_dir]: convert (if needed), print the path
     import sys
 
     print(smollm2_checkpoint(sys.argv[1] if len(sys.argv) > 1 else None))

@@ -20,7 +20,7 @@ import tempfile
 import time
 from typing import List, Optional
 
-from openrlhf_ada.utils.shm_leftovers import mapped_segments, remove_orphans, remove_segments, segments
+from openrlhf_ada.cpu.shm_leftovers import mapped_segments, remove_orphans, remove_segments, segments
 
 
 def free_port() -> int:
@@ -127,7 +127,7 @@ class LocalRayCluster:
         """Stop the nodes (workers first, the head last): SIGTERM to each node's process group, SIGKILL after 20 s;
         then remove the temp dir (Ray's session logs) unless `keep_files`, and the shared-memory segments that
         this cluster's killed vLLM engines leave behind, also those of engines that ended before (Ray kills a job's
-        actors when it ends): openrlhf_ada.utils.shm_leftovers."""
+        actors when it ends): openrlhf_ada.cpu.shm_leftovers."""
         held = mapped_segments([proc.pid for proc in self._procs if proc.poll() is None])
         for proc in reversed(self._procs):
             if proc.poll() is None:

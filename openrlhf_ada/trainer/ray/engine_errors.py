@@ -7,7 +7,7 @@ only gets `RuntimeError: Engine core initialization failed. See root cause above
 error said "see root cause above" with nothing above it.
 
 How it is carried: the engine actor names a folder in OPENRLHF_ADA_ENGINE_ERRORS before it starts vLLM; vLLM's
-processes inherit it, and the project's vLLM plugin (openrlhf_ada/vllm_plugin.py, loaded by vLLM in every process
+processes inherit it, and the project's vLLM plugin (openrlhf_ada/cpu/vllm_plugin.py, loaded by vLLM in every process
 it starts) adds a logging handler there that writes each error vLLM logs with an exception to that folder. When
 start-up fails, the actor reads them back and raises an error that says what the engine core said.
 """

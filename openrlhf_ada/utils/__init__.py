@@ -1,1 +1,0 @@
-"""Small helpers shared by tests and demos (e.g. a tiny random Llama checkpoint built offline)."""

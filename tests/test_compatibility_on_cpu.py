@@ -1,0 +1,341 @@
+"""Upstream features that change the data path, run together with the project's settings through the whole CPU
+pipeline (the launcher, Ray, vLLM engines, DeepSpeed): the "tested" cells of docs/compatibility.md.
+
+Each run switches on several upstream features at once and checks each of them for what it should do:
+- an HTTP reward server (`--reward.remote_url http://127.0.0.1:PORT/get_reward`, upstream's remote RM protocol: a POST
+  of {"query", "prompts", "labels"}, an answer of {"rewards", "scores", "extra_logs"}) started by the test: it was
+  called for every generated sample, and its rewards (2.5 for a correct sample, 0.5 otherwise: values no reward
+  file of the project gives) are the ones trained;
+- a multi-turn agent (`--train.agent_func_path`): two turns per sample, the environment's feedback between them;
+- a critic (`--algo.advantage.estimator gae`): it trains (critic loss logged);
+- the DAPO overlong penalty with a buffer as long as `--rollout.max_new_tokens` (16): every sample loses
+  factor x length / 16, so the mean trained reward is the mean server reward minus factor x mean length / 16, both
+  logged;
+- IS correction (`--algo.advantage.is_correction_level token`): the rollout log-probs reach the actor (`vllm_kl`
+  logged at every step; near zero after every weight sync in the sync trainer, at step 1 in the async one, whose
+  later steps may come from weights one sync behind);
+- evaluation (`--eval.dataset`, `--eval.steps 1`): the eval samples go to the reward server and the eval metrics are
+  logged;
+- dynamic filtering: a prompt that is never solved is filtered and replaced;
+- async training with partial rollout (`--train.async_enable --train.partial_rollout_enable`): the steps train, and
+  the engines are paused for the weight syncs (vLLM's scheduler logs it) instead of drained.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+
+def _pipeline_helpers():
+    """tests/test_pipeline_on_cpu.py's run helpers (no tests/__init__.py: the openrlhf wheel owns `tests`)."""
+    spec = importlib.util.spec_from_file_location("_pipeline_helpers", Path(__file__).with_name("test_pipeline_on_cpu.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+_p = _pipeline_helpers()
+assert_ok, common_flags, jsonl_rows, launch, sync_is_real, write_prompts = (
+    _p.assert_ok, _p.common_flags, _p.jsonl_rows, _p.launch, _p.sync_is_real, _p.write_prompts)
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+N = 4
+BATCH = 4
+MAX_NEW = 16
+OVERLONG_FACTOR = 0.5
+RIGHT, WRONG = 2.5, 0.5  # the server's rewards; scores are 1 and 0
+EVAL_PROMPTS, EVAL_N = 4, 2
+
+
+class RewardServer:
+    """Upstream's remote reward protocol on 127.0.0.1: each label's calls alternate correct, wrong, correct, ... (so a
+    round of 4 holds 2 + 2); labels starting with "never" are always wrong. Records every label it scored."""
+
+    def __init__(self):
+        self.lock, self.seen, self.labels = threading.Lock(), {}, []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                scores = [server.score(label) for label in body["labels"]]
+                answer = json.dumps({"rewards": [RIGHT if s else WRONG for s in scores], "scores": scores,
+                                     "extra_logs": {}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/get_reward"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def score(self, label: str) -> float:
+        with self.lock:
+            k = self.seen.get(label, 0)
+            self.seen[label] = k + 1
+            self.labels.append(label)
+        return 0.0 if label.startswith("never") else float(k % 2 == 0)
+
+    def calls(self, prefix: str) -> int:
+        return sum(label.startswith(prefix) for label in self.labels)
+
+
+@pytest.fixture
+def reward_server():
+    server = RewardServer()
+    yield server
+    server.httpd.shutdown()
+
+
+def write_eval(path: Path) -> str:
+    with open(path, "w", encoding="utf-8") as f:
+        for i in range(EVAL_PROMPTS):
+            f.write(json.dumps({"input": f"Name a colour {i}:", "label": f"eval-{i}"}) + "\n")
+    return str(path)
+
+
+def feature_flags(tmp_path: Path, reward: str) -> list:
+    """What every run switches on: the overlong penalty, IS correction, evaluation at every step."""
+    return [
+        "--reward.remote_url", reward, "--reward.overlong_buffer_len", str(MAX_NEW),
+        "--reward.overlong_penalty_factor", str(OVERLONG_FACTOR), "--algo.advantage.is_correction_level", "token",
+        "--eval.dataset", write_eval(tmp_path / "eval.jsonl"), "--eval.steps", "1",
+        "--eval.n_samples_per_prompt", str(EVAL_N), "--eval.temperature", "1.0",
+        "--actor.num_gpus_per_node", "1", "--vllm.num_engines", "1", "--algo.kl.init_coef", "0",
+    ]
+
+
+def flags_for(tiny_llama_path, tmp_path, data, reward, extra) -> list:
+    flags = common_flags(tiny_llama_path, data, tmp_path, n=N, batch=BATCH) + feature_flags(tmp_path, reward) + extra
+    return flags
+
+
+def check_penalised_rewards(row: dict, server_mean: float) -> None:
+    """The trained rewards are the server's, each minus the overlong penalty factor x length / 16 (the buffer is the
+    whole response budget, so every token counts): their mean is the server's mean minus factor x mean length / 16."""
+    expected = server_mean - OVERLONG_FACTOR * row["rollout/response_length_mean"] / MAX_NEW
+    assert row["rollout/reward_mean"] == pytest.approx(expected, abs=1e-4), (row["rollout/reward_mean"], expected)
+
+
+def test_adora_and_seq_with_http_rewards_critic_penalty_is_correction_eval_and_filtering(tmp_path, tiny_llama_path,
+                                                                                        reward_server):
+    """Sync trainer, ADORA + Reinforce-Ada Seq (group baseline: a critic has no group) with a critic (gae), the HTTP
+    reward server, the overlong penalty, IS correction, evaluation and dynamic filtering. 8 prompts solved half the
+    time and 1 never solved: each mixed prompt's round of 4 holds 2 + 2 (resolved in round 1); the never-solved one
+    stays unresolved after 2 rounds, is kept (--ada.unresolved keep) and then removed by dynamic filtering (its
+    mean score 0 is outside (0, 1)) and replaced: 8 groups of 4 = 2 steps of 16 samples."""
+    data = write_prompts(tmp_path / "prompts.jsonl", 9, never=1)
+    flags = flags_for(tiny_llama_path, tmp_path, data, reward_server.url, [
+        "--algo.advantage.estimator", "gae", "--critic.num_gpus_per_node", "1",
+        "--algo.dynamic_filtering_enable", "--adora.enable", "--ada.enable", "--ada.baseline", "group",
+        "--ada.round_size", "4", "--ada.max_rounds", "2",
+    ])
+    run = launch("openrlhf_ada.cli.train_ppo_ray", flags, tmp_path / "run.log")
+    assert_ok(run)
+    rows = step_rows(tmp_path)
+    assert sorted(rows) == [1, 2] and [rows[s]["rollout/num_samples"] for s in (1, 2)] == [16, 16]
+    # the server scored every generated training sample (8 mixed prompts x 4, the never-solved one 2 rounds x 4)
+    generated = sum(rows[s]["ada_samples_generated"] for s in rows)
+    assert reward_server.calls("mixed") + reward_server.calls("never") == generated == 8 * 4 + 2 * 4
+    assert sum(rows[s]["ada_dynamic_filtered"] for s in rows) == 1  # the never-solved prompt, replaced
+    for row in rows.values():
+        check_penalised_rewards(row, (RIGHT + WRONG) / 2)  # every trained group 2 + 2
+        assert row["adora_weight_mean"] > 0  # ADORA weighed the Seq groups
+        assert row["critic_loss"] > 0  # the critic trained on the same samples
+        assert row["eval/problems"] == EVAL_PROMPTS and 0 <= row["eval/accuracy"] <= 1, row
+    assert sync_is_real({s: rows[s]["vllm_kl"] for s in rows})  # IS correction had the rollout log-probs
+    assert reward_server.calls("eval") == 2 * EVAL_PROMPTS * EVAL_N  # one evaluation after each step
+
+
+AGENT_REWARD = 1.25  # the agent's reward for every finished sample (its score says right or wrong)
+STOP_COEF = 0.5  # --reward.stop_properly_penalty_coef: a truncated sample's reward is multiplied by it
+TURN_TOKENS = 8
+
+# A two-turn agent on upstream's MultiTurnAgentExecutor: turn 1 gets the feedback "Again:" and no reward, turn 2 is
+# scored like RewardServer (each label's finished samples alternate right, wrong; "never-*" always wrong) with the
+# reward AGENT_REWARD either way. Each turn generates at most TURN_TOKENS tokens (upstream gives a turn the whole rest
+# of --data.max_len, which a random model fills: there would be no second turn).
+AGENT = f"""
+import threading
+
+import torch
+from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
+
+_lock, _seen = threading.Lock(), {{}}
+
+
+class AgentInstance(AgentInstanceBase):
+    def __init__(self, *args, **kwargs):
+        self.turn = 0
+
+    async def reset(self, states, **kwargs):
+        return {{"observation": states["observation"]}}
+
+    async def step(self, states, **kwargs):
+        self.turn += 1
+        if self.turn == 1:
+            return {{"rewards": torch.tensor(0.0), "scores": torch.tensor(0.0), "environment_feedback": " Again:",
+                    "done": False, "extra_logs": {{"agent_turns": 1.0}}}}
+        label = states["label"]
+        with _lock:
+            k = _seen.get(label, 0)
+            _seen[label] = k + 1
+        score = 0.0 if label.startswith("never") else float(k % 2 == 0)
+        return {{"rewards": torch.tensor({AGENT_REWARD}), "scores": score, "environment_feedback": "", "done": True,
+                "extra_logs": {{"agent_turns": 2.0}}}}
+
+
+class _ShortTurns:
+    def __init__(self, engine):
+        self.engine = engine
+
+    async def generate(self, prompt_token_ids, sampling_params, multi_modal_data=None):
+        sampling_params.max_tokens = min(sampling_params.max_tokens, {TURN_TOKENS})
+        return await self.engine.generate(prompt_token_ids, sampling_params, multi_modal_data=multi_modal_data)
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+
+class AgentExecutor(MultiTurnAgentExecutor):
+    def __init__(self):
+        super().__init__(AgentInstance)
+
+    async def execute(self, prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine, images=None):
+        return await super().execute(prompt, label, sampling_params, max_length, hf_tokenizer,
+                                     _ShortTurns(llm_engine), images)
+"""
+
+
+def agent_flags(tmp_path: Path) -> list:
+    """The agent instead of a reward file, and the stop-properly penalty instead of the overlong one (a two-turn
+    sample's length is not bounded by --rollout.max_new_tokens)."""
+    (tmp_path / "agent.py").write_text(AGENT)
+    flags = feature_flags(tmp_path, "unused.py")
+    for name in ("--reward.remote_url", "--reward.overlong_buffer_len", "--reward.overlong_penalty_factor"):
+        i = flags.index(name)
+        del flags[i : i + 2]
+    return flags + ["--train.agent_func_path", str(tmp_path / "agent.py"),
+                    "--reward.stop_properly_penalty_coef", str(STOP_COEF)]
+
+
+def check_agent_rewards(row: dict) -> None:
+    """Every sample ran two turns and got the agent's reward, multiplied by the penalty coefficient when its last turn
+    was cut: the mean trained reward is AGENT_REWARD x (1 - (1 - coef) x truncated rate)."""
+    assert row["agent_turns"] == 2.0, row
+    expected = AGENT_REWARD * (1 - (1 - STOP_COEF) * row["rollout/truncated_rate"])
+    assert row["rollout/reward_mean"] == pytest.approx(expected, abs=1e-4), (row["rollout/reward_mean"], expected)
+
+
+def step_rows(tmp_path: Path) -> dict:
+    """{step: metrics row}, a step's evaluation (written as the step's row again) merged into it."""
+    rows = {}
+    for row in jsonl_rows(tmp_path / "ckpt" / "metrics.jsonl"):
+        rows.setdefault(row["step"], {}).update(row)
+    return rows
+
+
+def check_async_run(run, rows: dict, tmp_path: Path) -> None:
+    """Async trainer with partial rollout: the engines were paused (vLLM's scheduler logs it), not drained, for the
+    weight syncs; IS correction had the rollout log-probs at every step (vllm_kl logged and finite). A step generated
+    while the previous one trained comes from the weights one sync behind, which is what IS correction corrects, so
+    vllm_kl is near zero only at step 1 (engine and actor both at the start weights). Evaluation was logged."""
+    assert "setting pause state to PAUSED_ALL" in run.log
+    assert all(math.isfinite(rows[s]["vllm_kl"]) for s in rows) and sync_is_real({1: rows[1]["vllm_kl"]})
+    assert async_eval_logged(tmp_path).get("eval/eval_num_samples"), async_eval_logged(tmp_path)
+
+
+def async_eval_logged(tmp_path: Path) -> dict:
+    """The async trainer logs evaluation to tensorboard only (upstream's log_eval: eval/<key>)."""
+    scalars = _p.tensorboard_scalars(tmp_path / "tb")
+    return {tag: values for tag, values in scalars.items() if tag.startswith("eval/")}
+
+
+def test_est_async_partial_rollout_with_http_rewards_penalty_is_correction_and_eval(tmp_path, tiny_llama_path,
+                                                                                   reward_server):
+    """Reinforce-Ada-Est in the async trainer with partial rollout (engines paused, not drained, for each weight
+    sync), the HTTP reward server, the overlong penalty, IS correction and evaluation. 12 prompts, all unseen: each
+    gets alpha / (alpha + beta) = 1/2 as its pass-rate estimate, so 4 samples (n = 4 on average), 2 + 2 from the
+    server: 3 steps of 16. The generator evaluates when it is handed step 1's token (after its third batch)."""
+    data = write_prompts(tmp_path / "prompts.jsonl", 12)
+    flags = flags_for(tiny_llama_path, tmp_path, data, reward_server.url, [
+        "--algo.advantage.estimator", "dr_grpo", "--ada.enable", "--ada.strategy", "est",
+        "--train.async_enable", "--train.partial_rollout_enable", "--logger.tensorboard_dir", str(tmp_path / "tb"),
+    ])
+    run = launch("openrlhf_ada.cli.train_ppo_ray", flags, tmp_path / "run.log")
+    assert_ok(run)
+    rows = step_rows(tmp_path)
+    assert sorted(rows) == [1, 2, 3] and all(rows[s]["rollout/num_samples"] == 16 for s in rows)
+    assert reward_server.calls("mixed") == sum(rows[s]["ada_samples_generated"] for s in rows) == 12 * 4
+    for row in rows.values():
+        assert (row["ada_alloc_min"], row["ada_alloc_max"]) == (4, 4)
+        check_penalised_rewards(row, (RIGHT + WRONG) / 2)
+    check_async_run(run, rows, tmp_path)
+    evals = reward_server.calls("eval")
+    assert evals and evals % (EVAL_PROMPTS * EVAL_N) == 0
+
+
+def test_adora_seq_cancel_async_partial_rollout_with_an_agent_critic_penalty_is_correction_eval_and_filtering(
+        tmp_path, tiny_llama_path):
+    """ADORA + Reinforce-Ada Seq with --ada.cancel (rounds of 8: a prompt's rest is cancelled once 2 + 2 are back) in
+    the async trainer with partial rollout, a two-turn agent, a critic (gae, group baseline), the stop-properly
+    penalty, IS correction, evaluation and dynamic filtering. 12 prompts solved half the time and one never solved
+    (unresolved after 2 rounds, kept, filtered, replaced): 3 steps of 4 groups."""
+    data = write_prompts(tmp_path / "prompts.jsonl", 13, never=1)
+    flags = common_flags(tiny_llama_path, data, tmp_path, n=N, batch=BATCH) + agent_flags(tmp_path) + [
+        "--algo.advantage.estimator", "gae", "--critic.num_gpus_per_node", "1", "--algo.dynamic_filtering_enable",
+        "--adora.enable", "--ada.enable", "--ada.baseline", "group", "--ada.round_size", "8", "--ada.max_rounds", "2",
+        "--ada.cancel", "--train.async_enable", "--train.partial_rollout_enable",
+        "--logger.tensorboard_dir", str(tmp_path / "tb"),
+    ]
+    run = launch("openrlhf_ada.cli.train_ppo_ray", flags, tmp_path / "run.log")
+    assert_ok(run)
+    rows = step_rows(tmp_path)
+    assert sorted(rows) == [1, 2, 3] and all(rows[s]["rollout/num_samples"] == 16 for s in rows)
+    assert sum(rows[s]["ada_dynamic_filtered"] for s in rows) == 1
+    for row in rows.values():
+        check_agent_rewards(row)
+        assert row["adora_weight_mean"] > 0 and row["critic_loss"] > 0
+        # each mixed prompt: 8 requests, 4 of them admitted; the rest cancelled or discarded
+        assert row["ada_cancelled_requests"] + row["ada_discarded_samples"] > 0, row
+    check_async_run(run, rows, tmp_path)
+
+
+def test_features_off_async_partial_rollout_with_http_rewards_critic_penalty_is_correction_eval_and_filtering(
+        tmp_path, tiny_llama_path, reward_server):
+    """The project's launcher without --adora/--ada (one round of n per prompt through the project's generator) in
+    the async trainer with partial rollout, a critic (gae), the HTTP reward server, the overlong penalty, IS
+    correction, evaluation and dynamic filtering. 12 prompts solved half the time (their 4 samples 2 + 2) and one
+    never solved (filtered, replaced): 3 steps of 16."""
+    data = write_prompts(tmp_path / "prompts.jsonl", 13, never=1)
+    flags = flags_for(tiny_llama_path, tmp_path, data, reward_server.url, [
+        "--algo.advantage.estimator", "gae", "--critic.num_gpus_per_node", "1", "--algo.dynamic_filtering_enable",
+        "--train.async_enable", "--train.partial_rollout_enable", "--logger.tensorboard_dir", str(tmp_path / "tb"),
+    ])
+    run = launch("openrlhf_ada.cli.train_ppo_ray", flags, tmp_path / "run.log")
+    assert_ok(run)
+    rows = step_rows(tmp_path)
+    assert sorted(rows) == [1, 2, 3] and all(rows[s]["rollout/num_samples"] == 16 for s in rows)
+    assert reward_server.calls("mixed") + reward_server.calls("never") == 13 * 4
+    assert sum(rows[s]["ada_dynamic_filtered"] for s in rows) == 1
+    for row in rows.values():
+        check_penalised_rewards(row, (RIGHT + WRONG) / 2)
+        assert row["critic_loss"] > 0 and not [k for k in row if k.startswith("adora")]
+    check_async_run(run, rows, tmp_path)
+    evals = reward_server.calls("eval")
+    assert evals and evals % (EVAL_PROMPTS * EVAL_N) == 0
