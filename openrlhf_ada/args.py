@@ -10,13 +10,14 @@ and are rebuilt there with `adora_config(args)` / `ada_config(args)`.
 from __future__ import annotations
 
 import argparse
+import logging
 from dataclasses import dataclass
 from typing import Optional
 
 from openrlhf_ada.algorithms._checks import check_finite
 from openrlhf_ada.algorithms.adora import ADORA_RULES, AdoraConfig, load_weight_func
 from openrlhf_ada.algorithms.baselines import GROUP_BASELINE_ESTIMATORS
-from openrlhf_ada.algorithms.estimate import PROMPT_WEIGHTS, STRATEGIES
+from openrlhf_ada.algorithms.estimate import ALLOCATION_RULES, EST_PRESETS, PROMPT_WEIGHTS, STRATEGIES
 from openrlhf_ada.algorithms.reinforce_ada import (
     BASELINES,
     CANCEL_ORDERS,
@@ -29,6 +30,8 @@ from openrlhf_ada.algorithms.reinforce_ada import (
 from openrlhf_ada.compatibility import check as check_compatibility
 from openrlhf_ada.rewards.checks import check_reward_url
 from openrlhf_ada.trainer.heldout import EvalConfig, eval_config
+
+logger = logging.getLogger(__name__)
 
 
 def _bool_flag(group, name, help):
@@ -111,32 +114,49 @@ def add_project_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     g.add_argument("--ada.strategy", type=str, default=ada.strategy, choices=STRATEGIES,
                    help="seq: rounds until each prompt shows signal, n trained per prompt (the authors' code); est: "
                         "Reinforce-Ada-Est, one pass per step with each prompt's sample count allocated from its "
-                        "estimated pass rate (proportional to 1/sqrt(p_hat) + --ada.est_eps, within "
-                        "[--ada.est_min, --ada.est_max], exactly --rollout.n_samples_per_prompt per prompt on average, "
-                        "the budget: the paper's 8 matches GRPO with n = 8) and every "
-                        "sample trained in groups of varying size; the estimate is kept per prompt (sha256 of its "
-                        "text) in the checkpoints, like --ada.history's")
-    g.add_argument("--ada.est_min", type=int, default=ada.est_min,
-                   help="With --ada.strategy est: fewest samples a prompt gets (>= 2: a group baseline needs two)")
-    g.add_argument("--ada.est_max", type=int, default=ada.est_max,
-                   help="With --ada.strategy est: most samples a prompt gets")
-    g.add_argument("--ada.est_decay", type=float, default=ada.est_decay,
+                        "estimated pass rate, exactly --rollout.n_samples_per_prompt per prompt on average (the "
+                        "budget: the paper's 8 matches GRPO with n = 8), every sample trained in groups of varying "
+                        "size; the estimate is kept per prompt (sha256 of its text) in the checkpoints, like "
+                        "--ada.history's. Its settings come from --ada.est_preset")
+    g.add_argument("--ada.est_preset", type=str, default=ada.est_preset, choices=tuple(EST_PRESETS),
+                   help="With --ada.strategy est: the values of every --ada.est_* flag left unset, the meaning of "
+                        "--ada.prompt_weight auto, and the advantage: "
+                        + "; ".join(f"{name}: {p.about}" for name, p in EST_PRESETS.items()))
+    g.add_argument("--ada.est_allocation", type=str, default=None, choices=ALLOCATION_RULES.names(),
+                   help=f"With --ada.strategy est: allocation rule (default: the preset's): "
+                        f"{ALLOCATION_RULES.describe()}")
+
+    def preset_values(field):
+        return ", ".join(f"{name} {'none' if getattr(p, field) is None else getattr(p, field)}"
+                         for name, p in EST_PRESETS.items())
+
+    g.add_argument("--ada.est_min", type=int, default=None,
+                   help="With --ada.strategy est: fewest samples a prompt gets (>= 2 with a group baseline; the "
+                        f"authors' advantage takes 1). Default: the preset's ({preset_values('n_min')})")
+    g.add_argument("--ada.est_max", type=int, default=None,
+                   help="With --ada.strategy est: most samples a prompt gets (the inv_sqrt allocation; the authors' "
+                        f"has no bound). Default: the preset's ({preset_values('n_max')})")
+    g.add_argument("--ada.est_decay", type=float, default=None,
                    help="With --ada.strategy est: Ada-EMA's discount of a prompt's earlier counts each time it is "
-                        "sampled again (N <- decay x N + new samples)")
-    g.add_argument("--ada.est_alpha", type=float, default=ada.est_alpha,
-                   help="With --ada.strategy est: Beta prior's alpha; p_hat = (N_pos + alpha) / (N_total + alpha + "
-                        "beta), so an unseen prompt gets alpha / (alpha + beta)")
-    g.add_argument("--ada.est_beta", type=float, default=ada.est_beta,
-                   help="With --ada.strategy est: Beta prior's beta")
-    g.add_argument("--ada.est_eps", type=float, default=ada.est_eps,
-                   help="With --ada.strategy est: added to 1/sqrt(p_hat) in the allocation weight (larger: more "
-                        "uniform allocation)")
+                        f"sampled again (N <- decay x N + new samples). Default: the preset's "
+                        f"({preset_values('decay')})")
+    g.add_argument("--ada.est_alpha", type=float, default=None,
+                   help="With --ada.strategy est: Beta prior's alpha; p_hat = (alpha + N_pos) / (alpha + beta + "
+                        f"N_total), so an unseen prompt gets alpha / (alpha + beta). Default: the preset's "
+                        f"({preset_values('alpha')})")
+    g.add_argument("--ada.est_beta", type=float, default=None,
+                   help=f"With --ada.strategy est: Beta prior's beta. Default: the preset's ({preset_values('beta')})")
+    g.add_argument("--ada.est_eps", type=float, default=None,
+                   help="With --ada.strategy est: added to 1/sqrt(p_hat) in the inv_sqrt allocation weight (larger: "
+                        f"more uniform allocation). Default: the preset's ({preset_values('eps')})")
     g.add_argument("--ada.prompt_weight", type=str, default=ada.prompt_weight, choices=("auto",) + PROMPT_WEIGHTS,
                    help="Explicit per-prompt weight of the log objective on each group's advantages after the "
                         "baseline, from the prompt's pass rate p (seq: its pool's; est: its samples'): none; "
                         "inv_pass_rate, min(cap, 1/p + eps) (the paper's Seq weight); inv_sqrt_pass_rate, "
                         "min(cap, 1/sqrt(p) + eps) (the paper's Est advantage); auto (default): none with seq, "
-                        "inv_sqrt_pass_rate with est")
+                        "the --ada.est_preset's with est (paper: inv_sqrt_pass_rate, authors: none). Meant for "
+                        "dr_grpo (the paper's), rloo and reinforce_baseline; on group_norm it multiplies a group "
+                        "already divided by its std (a warning says so)")
     g.add_argument("--ada.prompt_weight_eps", type=float, default=ada.prompt_weight_eps,
                    help="eps of --ada.prompt_weight")
     g.add_argument("--ada.prompt_weight_cap", type=float, default=ada.prompt_weight_cap,
@@ -215,8 +235,10 @@ def ada_config(args) -> AdaConfig:
 
 
 HISTORY_FLAGS = ("history", "history_target", "history_skip", "history_window")
-EST_FLAGS = ("strategy", "est_min", "est_max", "est_decay", "est_alpha", "est_beta", "est_eps",
-             "prompt_weight", "prompt_weight_eps", "prompt_weight_cap")
+#: The flags that act only with --ada.strategy est.
+EST_ONLY_FLAGS = ("est_preset", "est_allocation", "est_min", "est_max", "est_decay", "est_alpha", "est_beta",
+                  "est_eps")
+EST_FLAGS = ("strategy", *EST_ONLY_FLAGS, "prompt_weight", "prompt_weight_eps", "prompt_weight_cap")
 
 ENGINE_TIMEOUT_FLOOR = 900.0  # seconds: the derived --fault.engine_timeout never goes below this
 SLOW_DECODE_TOKENS_PER_S = 10.0  # the slow decode rate one whole request must be allowed to run at
@@ -386,7 +408,8 @@ def validate(args) -> None:
 
 
 def validate_est(args, ada: AdaConfig, estimator, adora) -> None:
-    """--ada.strategy est and --ada.prompt_weight against the rest; raise ValueError naming the flags."""
+    """--ada.strategy est and --ada.prompt_weight against the rest; raise ValueError naming the flags (and warn where
+    the prompt weight compounds a normalisation). docs/algorithms.md says why the refused pairs mean nothing."""
     if ada.weight_kind != "none" and estimator not in GROUP_BASELINE_ESTIMATORS:
         raise ValueError(f"--ada.prompt_weight {ada.weight_kind} weights each group's advantages after the baseline "
                          f"of {', '.join(GROUP_BASELINE_ESTIMATORS)}; --algo.advantage.estimator={estimator} has "
@@ -394,18 +417,37 @@ def validate_est(args, ada: AdaConfig, estimator, adora) -> None:
     if ada.weight_kind != "none" and ada.strategy == "seq" and ada.baseline != "pool":
         raise ValueError(f"--ada.prompt_weight {ada.weight_kind} with --ada.strategy seq reads the pool's pass rate: "
                          "it needs --ada.baseline pool")
+    if ada.weight_kind != "none" and estimator == "group_norm":
+        logger.warning(f"--ada.prompt_weight {ada.weight_kind} on --algo.advantage.estimator group_norm: each group is "
+                       "already divided by its reward std (for 0/1 rewards about sqrt(p (1 - p))), so the weight "
+                       "compounds a normalisation (1/sqrt(p) on top of it: about 1 / (p sqrt(1 - p))). The paper's "
+                       "Est advantage is dr_grpo with inv_sqrt_pass_rate; --ada.prompt_weight none keeps group_norm's")
     if ada.strategy != "est":
-        changed = [f"--ada.{k}" for k in EST_FLAGS[1:7] if _get(args, "ada." + k, getattr(AdaConfig, k)) !=
+        changed = [f"--ada.{k}" for k in EST_ONLY_FLAGS if _get(args, "ada." + k, getattr(AdaConfig, k)) !=
                    getattr(AdaConfig, k)]
         if changed:
             raise ValueError(f"{', '.join(changed)} only act(s) with --ada.strategy est: add it or drop them")
         return
+    est = ada.est_config  # an estimator without a group baseline is refused in compatibility.py
+    if est.baseline == "authors" and estimator not in ("dr_grpo", "group_norm"):
+        raise ValueError(f"--ada.est_preset {ada.est_preset} trains the authors' advantage, their GRPO: "
+                         "--algo.advantage.estimator dr_grpo (r - mean, their script's norm_adv_by_std_in_grpo=False) "
+                         f"or group_norm ((r - mean) / (std + 1e-6)); got {estimator}")
+    if est.allocation == "authors":
+        unused = [f"--ada.{k}" for k in ("est_max", "est_eps") if _get(args, "ada." + k) is not None]
+        if unused:
+            raise ValueError(f"{', '.join(unused)} with the authors' allocation (--ada.est_allocation authors): their "
+                             "rule has no upper bound and no eps, so the flag would do nothing; drop it or use "
+                             "--ada.est_allocation inv_sqrt")
     gen_batch = _get(args, "rollout.vllm_generate_batch_size")
-    for flag, bad in (("--ada.cancel", ada.cancel),
-                      ("--rollout.vllm_generate_batch_size", gen_batch not in (None, _get(args, "rollout.batch_size"))),
-                      ("--ada.history_target", ada.history_target > 0),
-                      ("--adora.enable", adora.enable)):
+    for flag, bad, why in (
+            ("--ada.cancel", ada.cancel, "Est trains every sample it allocated: there is no exit rule to stop a "
+                                         "prompt early on"),
+            ("--ada.history_target", ada.history_target > 0, "it sizes Seq's first round; Est has no rounds, its "
+                                                              "allocation is already the per-prompt sizing"),
+            ("--rollout.vllm_generate_batch_size", gen_batch not in (None, _get(args, "rollout.batch_size")),
+             "upstream splits a larger generation batch into steps of batch x n samples, which cuts groups of "
+             "varying size apart")):
         if bad:
-            raise ValueError(f"--ada.strategy est samples each prompt once with its allocated count; {flag} "
-                             "does not combine with it (rounds to cancel or size, fixed-size groups, or a generation "
-                             "batch that upstream splits by n samples per prompt)")
+            raise ValueError(f"--ada.strategy est samples each prompt once with its allocated count; {flag} does not "
+                             f"combine with it: {why} (docs/algorithms.md)")

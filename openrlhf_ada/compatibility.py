@@ -84,15 +84,6 @@ REFUSALS: Tuple[Refusal, ...] = (
         + ", ".join(GROUP_BASELINE_ESTIMATORS) + ", or --ada.strategy seq",
     ),
     Refusal(
-        "dynamic-filtering-est", "--algo.dynamic_filtering_enable", lambda a: bool(_get(a, "algo.dynamic_filtering_enable",
-                                                                                      False)),
-        "--ada.strategy est", _est,
-        "Est samples each prompt once with its allocated count and trains every sample, the step's total fixed at "
-        "--rollout.batch_size x --rollout.n_samples_per_prompt; dynamic filtering drops a prompt whose mean score is "
-        "outside the range and draws another with a count of its own, which breaks that budget (Seq applies the "
-        "filter to the selected group). Drop one of them",
-    ),
-    Refusal(
         "reward-model-ada", "--reward.model_name_or_path", scored_by_reward_model,
         "--ada.enable", lambda a: bool(_get(a, "ada.enable", False)),
         "Reinforce-Ada (Seq, Est, --ada.cancel) decides on each sample's reward while it samples (when a prompt is "

@@ -49,7 +49,7 @@ NOT_RUN_ROWS = {"images", "packing", "dynamic batch"}  # no vision-language mode
 # batching need flash attention (a GPU)
 # pairs that should work but no test runs yet: the lead decides (a run of their own, or a place in one)
 UNTESTED = {("HTTP reward server", "Seq + cancel"), ("agent", "Est"), ("agent", "features off"),
-            ("one sample per prompt", "features off")}
+            ("one sample per prompt", "features off"), ("dynamic filtering", "Est")}
 
 
 def with_base(flags: list) -> list:
@@ -118,7 +118,6 @@ FEATURE_FLAGS = {
     "one-sample-adora": ROWS["one sample per prompt"],
     "one-sample-ada": ROWS["one sample per prompt"],
     "no-group-baseline-est": ["--algo.advantage.estimator", "gae", "--ada.baseline", "group"],
-    "dynamic-filtering-est": ROWS["dynamic filtering"],
     "reward-model-ada": ROWS["reward model"],
 }
 SETTING_FLAGS = {"--adora.enable": COLUMNS["ADORA"], "--ada.enable": COLUMNS["Reinforce-Ada Seq"],

@@ -67,6 +67,8 @@ def test_train_local_runs_est_and_resumes_its_estimator(tmp_path, tiny_llama_pat
     assert (first["ada/alloc_min"], first["ada/alloc_max"], first["ada/samples_generated"]) == (4, 4, 24)
     assert first["ada/alloc_cov_n_r"] == pytest.approx(0.0)
     assert first["ada/est_p_hat_mean"] == pytest.approx(0.5)
+    # no prompt had history at step 1, every one at step 2 (its second visit): the allocation spreads from there on
+    assert (first["ada/est_seen_share"], second["ada/est_seen_share"]) == (0.0, 1.0)
     assert (second["ada/alloc_min"], second["ada/alloc_median"], second["ada/alloc_max"]) == (3, 4, 6)
     assert second["ada/samples_generated"] == 24 and second["prompts"] == 6
     assert second["ada/alloc_cov_n_r"] == pytest.approx(-2 / 9, abs=1e-6)
@@ -84,3 +86,36 @@ def test_train_local_runs_est_and_resumes_its_estimator(tmp_path, tiny_llama_pat
     resumed = run(out, 2, "--ckpt.load_enable")
     keys = ["step", "ada/alloc_min", "ada/alloc_median", "ada/alloc_max", "ada/alloc_cov_n_r", "ada/samples_generated"]
     assert [{k: r[k] for k in keys} for r in resumed] == [{k: r[k] for k in keys} for r in straight]
+
+
+AUTHORS_LABELS = ["0", "1", "mix", "mix", "mix", "mix"]
+
+
+def test_train_local_runs_the_authors_est_with_adora_over_three_epochs(tmp_path, tiny_llama_path, ray_local):
+    """--ada.est_preset authors with --adora.enable, n = 2, 6 prompts a step = an epoch, three epochs.
+    Step 1: every prompt unseen (p_hat 1/17): R = 12 - 6 = 6 split evenly, 2 each. Recorded: '0' (2, 0), '1' (2, 2),
+    each mix (2, 1) (its samples 0, 1). Step 2: p_hat = 1/19, 3/19, 2/19 -> w = 19, 6.333, 9.5 (x4), sum 63.33;
+    shares of R = 6: 1.8, 0.6, 0.9 (x4); floors 1, 0, 0 (x4); the 5 left to the fractions .9 (the four mix), .8
+    ('0'): counts 3, 1, 2, 2, 2, 2 -- the '1' prompt is a group of ONE sample (the authors' advantage: its reward).
+    Step 3: counts (4.8, 0), (2.8, 2.8), (3.8, 1.9): p_hat 1/21.8, 3.8/19.8, 2.9/20.8 -> w 21.8, 5.21, 7.17 (x4),
+    shares of 6: 2.35, 0.56, 0.77 (x4); floors 2, 0, 0; the 4 left to the four mix (.77): 3, 1, 2, 2, 2, 2 again.
+    ADORA on these groups: the '0' group has no positive (1 of 6 groups, weight lam), every other group has one."""
+    out = tmp_path / "authors"
+    data = tmp_path / "authors.jsonl"
+    data.write_text("".join(json.dumps({"input": f"Count to {i}:", "label": lab}) + "\n"
+                            for i, lab in enumerate(AUTHORS_LABELS)))
+    args = argv(tmp_path, tiny_llama_path, out, 3)
+    args[args.index("--data.prompt_dataset") + 1] = str(data)
+    args[args.index("--rollout.n_samples_per_prompt") + 1] = "2"
+    train_local(parse_local_args(args + ["--ada.est_preset", "authors", "--adora.enable"]))
+    rows = read_metrics(str(out))
+    assert [r["step"] for r in rows] == [1, 2, 3] and all(r["ada/samples_generated"] == 12 for r in rows)
+    spread = [(r["ada/alloc_min"], r["ada/alloc_median"], r["ada/alloc_max"]) for r in rows]
+    assert spread == [(2, 2, 2), (1, 2, 3), (1, 2, 3)]
+    assert [r["ada/est_seen_share"] for r in rows] == [0.0, 1.0, 1.0]
+    assert rows[0]["ada/est_p_hat_mean"] == pytest.approx(1 / 17)
+    assert rows[1]["ada/est_p_hat_mean"] == pytest.approx((1 / 19 + 3 / 19 + 4 * 2 / 19) / 6)
+    for row in rows:
+        assert row["adora/no_pos_share"] == pytest.approx(1 / 6)
+        assert 0.1 - 1e-6 <= row["adora/weight_mean"] <= 1.0 + 1e-6 and row["adora/attenuated_share"] >= 1 / 6 - 1e-6
+        assert row["prompts"] == 6 and row.get("ada/prompt_weight", 1.0) == 1.0  # the authors': no explicit weight

@@ -152,8 +152,10 @@ def test_ragged_baselines_by_hand():
     assert gn[:2].tolist() == pytest.approx([0.5 / math.sqrt(0.5), -0.5 / math.sqrt(0.5)])
     assert gn[2:6].tolist() == pytest.approx([-0.5, 1.5, -0.5, -0.5])
     assert gn[6:].tolist() == [0.0, 0.0]
-    with pytest.raises(ValueError, match="at least 2"):
-        ragged_baseline([1.0, 0.0, 1.0], [1, 2], "dr_grpo")
+    # a group of one sample has no baseline to compare with: zero, under every estimator
+    for estimator in ("rloo", "reinforce_baseline", "dr_grpo", "group_norm"):
+        assert ragged_baseline([1.0, 0.0, 1.0], [1, 2], estimator)[0].item() == 0.0
+    assert ragged_baseline([1.0, 0.0, 1.0], [1, 2], "rloo").tolist() == [0.0, -1.0, 1.0]
     with pytest.raises(ValueError, match="sum"):
         ragged_baseline([1.0, 0.0, 1.0], [2, 2], "dr_grpo")
 
@@ -231,8 +233,11 @@ def test_est_flags_are_checked_against_the_rest():
 
     ns = parse("--ada.enable", "--ada.strategy", "est", "--ada.est_max", "16")
     assert ns.ada.strategy == "est" and ns.ada.est_max == 16 and ns.ada.prompt_weight == "auto"
+    # ADORA weighs groups of varying size, dynamic filtering replaces a filtered group with its count
+    for good in (["--adora.enable"], ["--algo.dynamic_filtering_enable"]):
+        assert parse("--ada.enable", "--ada.strategy", "est", *good).ada.strategy == "est"
     for bad in (["--ada.enable", "--ada.strategy", "est", "--ada.cancel"],
-                ["--ada.enable", "--ada.strategy", "est", "--adora.enable"],
+                ["--ada.enable", "--ada.strategy", "est", "--ada.history", "--ada.history_target", "0.9"],
                 ["--ada.enable", "--ada.strategy", "est", "--algo.advantage.estimator", "gae", "--ada.baseline",
                  "group", "--ada.prompt_weight", "none"],
                 ["--ada.enable", "--ada.est_max", "16"],  # an Est flag without Est

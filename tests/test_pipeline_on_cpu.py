@@ -398,7 +398,9 @@ def test_shipped_est_script_through_ray_job_submit_resumes_its_estimator(tmp_pat
     + 0.01 = 1.42421; never p_hat 1/6, w = 2.45949; sum 6 x 1.42421 + 2 x 2.45949 = 13.46425; shares of 32: mixed
     3.3849, never 5.8454 (inside the script's bounds [2, 32]); floors 3 x 6 + 5 x 2 = 28, the 4 missing go to the
     larger fractions (both never prompts, then two mixed): never 6 and 6, mixed 4, 4, 3, 3, 3, 3. Without the
-    estimator's state step 2 would be 4 for every prompt."""
+    estimator's state step 2 would be 4 for every prompt. The second job adds --adora.enable: each group of varying
+    size gets its ADORA weight from its own samples; the 2 never prompts have no correct sample (the llm rule's lam,
+    0.1), every mixed group of 3 or more scripted 1, 0, 1, ... has one."""
     from openrlhf_ada.cli.cluster_demo import TINY_ARGS
 
     env_vars = {"MODEL": tiny_llama_path, "DATA": write_prompts(tmp_path / "prompts.jsonl", 8, never=2),
@@ -413,7 +415,8 @@ def test_shipped_est_script_through_ray_job_submit_resumes_its_estimator(tmp_pat
     assert rows[0]["ada_est_p_hat_mean"] == pytest.approx(0.5)
 
     submit_script(two_node_cluster, "train_reinforce_ada_est.sh", env_vars,
-                  extra + ["--train.num_episodes", "2", "--ckpt.load_enable"], tmp_path / "second.log")
+                  extra + ["--train.num_episodes", "2", "--ckpt.load_enable", "--adora.enable"],
+                  tmp_path / "second.log")
     rows = jsonl_rows(metrics)
     assert [r["step"] for r in rows] == [1, 2]
     step2 = rows[1]
@@ -422,3 +425,9 @@ def test_shipped_est_script_through_ray_job_submit_resumes_its_estimator(tmp_pat
     assert step2["ada_est_p_hat_mean"] == pytest.approx((6 * 0.5 + 2 / 6) / 8)
     assert step2["ada_alloc_cov_n_r"] < 0  # the never-solved prompts (reward 0) got the most samples
     assert not [k for k in step2 if k.startswith("ada_pool")]
+    assert (rows[0]["ada_est_seen_share"], step2["ada_est_seen_share"]) == (0.0, 1.0)
+    # ADORA on groups of 3 to 6 samples: 2 of 8 groups without a correct sample, weighted lam = 0.1; the mixed ones
+    # 1 (advantageous) or 0.1, so the mean weight lies in [0.1, (2 x 0.1 + 6 x 1) / 8 = 0.775]
+    assert step2["adora_no_pos_share"] == pytest.approx(2 / 8)
+    assert step2["adora_attenuated_share"] >= 2 / 8 - 1e-6
+    assert 0.1 - 1e-6 <= step2["adora_weight_mean"] <= 0.775 + 1e-6

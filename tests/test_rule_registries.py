@@ -93,3 +93,26 @@ def test_an_adora_rule_of_the_wrong_shape_is_refused_naming_it():
             adora_weights([[1, 0], [0, 1]], [[3, 2], [2, 3]], variant="flat")
     finally:
         ADORA_RULES.unregister("flat")
+
+
+def test_a_registered_allocation_rule_is_a_choice_of_the_flag_and_allocates():
+    """A toy allocation rule: everything beyond n_min goes to the hardest prompt (lowest p_hat, first on ties)."""
+    from openrlhf_ada.algorithms.estimate import ALLOCATION_RULES, EstConfig, register_allocation_rule
+
+    @register_allocation_rule("hardest", "all extra samples to the hardest prompt")
+    def hardest(p_hat, total, *, n_min, n_max, eps):
+        counts = [n_min] * len(p_hat)
+        counts[int(p_hat.argmin())] += total - n_min * len(p_hat)
+        return counts
+
+    try:
+        choices = flag("--ada.est_allocation").choices
+        assert choices == ("inv_sqrt", "authors", "hardest")
+        assert "hardest (all extra samples to the hardest prompt)" in flag("--ada.est_allocation").help
+        # 3 prompts, budget 4: 12 samples, 2 each, the 6 left to p_hat 0.1
+        config = EstConfig(budget=4, allocation="hardest")
+        assert config.allocate([0.5, 0.1, 0.9], 3) == [2, 8, 2]
+    finally:
+        ALLOCATION_RULES.unregister("hardest")
+    with pytest.raises(ValueError, match=r"ada\.est_allocation='hardest' is not supported"):
+        EstConfig(budget=4, allocation="hardest")

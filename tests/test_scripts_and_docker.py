@@ -64,6 +64,8 @@ EXPECTED = {
         "algo.advantage.estimator": "dr_grpo",
         "ada.enable": True,
         "ada.strategy": "est",
+        "ada.est_preset": "paper",  # the paper's combination: dr_grpo with the 1/sqrt(p) weight
+        "ada.est_allocation": "inv_sqrt",
         "rollout.n_samples_per_prompt": 8,
         "ada.est_min": 2,
         "ada.est_max": 32,

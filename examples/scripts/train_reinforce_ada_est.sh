@@ -8,6 +8,9 @@
 #   (r - r_bar) x (1/sqrt(p) + 0.01), r_bar and p over ALL of the prompt's samples this step (capped at 10);
 #   no KL at all (--algo.kl.init_coef 0: no reference model is started), lr 1e-6, temperature 1.0, up to 4096
 #   generated tokens.
+#   This is the paper's combination (--ada.est_preset paper: its Est advantage is dr_grpo's r - r_bar times
+#   1/sqrt(p), so the estimator is dr_grpo, not group_norm, whose division by the group's std would compound the
+#   weight). The authors' own code is --ada.est_preset authors (docs/algorithms.md).
 #   Allocation: one generation pass per step. Each of the 128 prompts gets a sample count proportional to
 #   1/sqrt(p_hat) + 0.01 within [2, 32], where p_hat is its pass rate estimated from its earlier epochs
 #   (discounted counts, decay 0.9, Beta(1, 1) prior: the project's defaults; an unseen prompt gets 1/2); the
@@ -102,6 +105,8 @@ ALGO_ARGS=(
 ADA_ARGS=(
   --ada.enable
   --ada.strategy est
+  --ada.est_preset paper
+  --ada.est_allocation inv_sqrt
   --ada.est_min 2
   --ada.est_max 32
   --ada.est_decay 0.9

@@ -38,6 +38,7 @@ from typing import Callable, Dict, Optional
 import torch
 
 from openrlhf_ada.algorithms._checks import as_matrix, check_choice, check_finite, check_int
+from openrlhf_ada.algorithms.estimate import group_index, pad_groups
 from openrlhf_ada.algorithms.registry import Registry
 
 logger = logging.getLogger(__name__)
@@ -107,8 +108,9 @@ class GroupStats:
 
 
 def group_stats(scores, lengths, truncated=None, *, positive_threshold: float = AdoraConfig.positive_threshold,
-                max_length=None) -> GroupStats:
-    """Classify each group of a [P, n] batch. See the module docstring for the rule."""
+                max_length=None, mask=None) -> GroupStats:
+    """Classify each group of a [P, n] batch. See the module docstring for the rule. `mask` (bool [P, n]): the
+    real samples of groups of varying size padded to n (`ragged_group_stats`); the others count nowhere."""
     check_finite("positive_threshold", positive_threshold)
     s = as_matrix("scores", scores, torch.float64)
     lens = as_matrix("lengths", lengths, torch.float64, s.shape)
@@ -120,15 +122,16 @@ def group_stats(scores, lengths, truncated=None, *, positive_threshold: float = 
     else:
         trunc = torch.zeros_like(s, dtype=torch.bool)
 
-    pos = s > positive_threshold
-    usable_neg = ~pos & ~trunc
+    real = torch.ones_like(s, dtype=torch.bool) if mask is None else as_matrix("mask", mask, torch.bool, s.shape)
+    pos = (s > positive_threshold) & real
+    usable_neg = ~pos & ~trunc & real
     n_neg = usable_neg.sum(-1)
     max_pos = torch.where(pos, lens, torch.full_like(lens, -math.inf)).amax(-1)
     mean_neg = torch.where(n_neg > 0, (lens * usable_neg).sum(-1) / n_neg.clamp(min=1), torch.full_like(max_pos, math.nan))
     has_pos = pos.any(-1)
     has_usable_neg = n_neg > 0
     return GroupStats(has_pos, has_usable_neg, max_pos, mean_neg, has_pos & has_usable_neg & (max_pos > mean_neg),
-                      pos.double().mean(-1))
+                      pos.double().sum(-1) / real.sum(-1).clamp(min=1))
 
 
 #: ADORA weight rules by name (`--adora.variant`): fn(stats: GroupStats, lam, boost) -> float32 weights [P].
@@ -374,3 +377,47 @@ def adora_metrics(stats: GroupStats, weights: torch.Tensor, boost: float = Adora
         "adora/no_pos_share": (~stats.has_pos).float().mean().item(),
         "adora/no_usable_neg_share": (~stats.has_usable_neg).float().mean().item(),
     }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Groups of varying size (Reinforce-Ada-Est): per-sample vectors [S], contiguous groups given by their sizes
+
+
+def ragged_group_stats(scores, lengths, truncated, sizes, *,
+                       positive_threshold: float = AdoraConfig.positive_threshold) -> GroupStats:
+    """`group_stats` of contiguous groups of the given sizes (a group of one included): each group's own samples,
+    padded to the largest group and masked, so every fact (maxPos, meanNeg, the success rate) is the group's own."""
+    s, mask = pad_groups(torch.as_tensor(scores, dtype=torch.float64), sizes)
+    lens, _ = pad_groups(torch.as_tensor(lengths, dtype=torch.float64), sizes)
+    trunc, _ = pad_groups(torch.as_tensor(truncated, dtype=torch.bool), sizes, fill=True)
+    return group_stats(s, lens, trunc, positive_threshold=positive_threshold, mask=mask)
+
+
+def ragged_sample_weights(config: AdoraConfig, *, scores, rewards, lengths, truncated, sizes, step: int,
+                          weight_func: Optional[WeightFunc] = None, stats: Optional[GroupStats] = None
+                          ) -> torch.Tensor:
+    """Per-sample weights [S] for groups of varying size: ones outside [start_step, end_step); the registered rule's
+    weight of each group (from `ragged_group_stats`, or `stats` when the caller has them) on each of its samples; a
+    custom function is called once per group size with that size's groups as [P_k, k] matrices (its contract: groups
+    of one size), and its [P_k] or [P_k, k] weights go back to their samples."""
+    s = torch.as_tensor(scores, dtype=torch.float32).reshape(-1)
+    size = torch.as_tensor(sizes, dtype=torch.int64).reshape(-1)
+    g = group_index(size)
+    if not config.enable or not in_schedule(step, config.start_step, config.end_step):
+        return torch.ones(s.numel(), dtype=torch.float32)
+    if weight_func is None:
+        if stats is None:
+            stats = ragged_group_stats(s, lengths, truncated, size, positive_threshold=config.positive_threshold)
+        warn_if_threshold_unreachable(s, config.positive_threshold)
+        w = weights_from_stats(stats, variant=config.variant, lam=config.lam, boost=config.boost, paper=config.paper)
+        return w[g]
+    out = torch.empty(s.numel(), dtype=torch.float32)
+    values = {"scores": s, "rewards": torch.as_tensor(rewards, dtype=torch.float32).reshape(-1),
+              "lengths": torch.as_tensor(lengths, dtype=torch.float32).reshape(-1),
+              "truncated": torch.as_tensor(truncated, dtype=torch.bool).reshape(-1)}
+    for k in sorted(set(size.tolist())):
+        rows = (size[g] == k).nonzero().reshape(-1)  # the samples of the groups of size k, group after group
+        m = {name: v[rows].reshape(-1, k) for name, v in values.items()}
+        w = weight_func(m["scores"], m["rewards"], m["lengths"], m["truncated"], step)
+        out[rows] = w.reshape(m["scores"].shape[0], -1).expand(-1, k).reshape(-1)
+    return out

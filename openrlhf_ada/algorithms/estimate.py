@@ -9,52 +9,112 @@ samples of which k_t were correct:
 
 The counts live in the per-prompt history (`PromptHistory`, history.py), so they are checkpointed with it.
 
-The allocation gives prompt x a real share proportional to w_x = 1 / sqrt(p_hat_x) + eps, clipped to
-[n_min, n_max], scaled so that the shares sum to the step's budget (budget x prompts), then rounded to integers by
-largest remainder so that the total is exactly the budget (the trained batch has a fixed size). It is monotone: a
-prompt with a lower p_hat never gets fewer samples than one with a higher p_hat (`allocate`).
+The allocation is a registered rule (`ALLOCATION_RULES`, `--ada.est_allocation`; one decorated function each, as
+the exit rules and ADORA rules are), fn(p_hat, total, *, n_min, n_max, eps) -> int64 counts summing to `total`:
 
-Every sample is trained, so groups have different sizes: `ragged_baseline` is each group-baseline estimator's
-formula on groups given by their sizes (contiguous samples), and `prompt_weights` the explicit weight of the log
+- `inv_sqrt` (the paper's text, `allocate`): prompt x gets a real share proportional to w_x = 1 / sqrt(p_hat_x) + eps,
+  clipped to [n_min, n_max], scaled so that the shares sum to the step's budget (budget x prompts), then rounded to
+  integers by largest remainder so that the total is exactly the budget (the trained batch has a fixed size). It is
+  monotone: a prompt with a lower p_hat never gets fewer samples than one with a higher p_hat.
+- `authors` (the authors' code, `allocate_authors`): n_min (their 1) each, the rest split in proportion to
+  w_x = 1 / max(p_hat_x, 1e-6), each share rounded down, and the samples still missing one each to the largest
+  fractional parts (ties: batch order); no upper bound, eps unused.
+
+A preset (`EST_PRESETS`, `--ada.est_preset`) names a whole setting: `paper` (the defaults above, the explicit weight
+1/sqrt) or `authors` (their prior Beta(1, 16), decay 0.9, their allocation, no explicit weight, their advantage
+`authors_baseline`); `EstConfig.from_preset` builds the frozen config from a preset and the flags that override it.
+
+Every sample is trained, so groups have different sizes (one sample, under the authors' rule): `ragged_baseline` is each
+group-baseline estimator's formula on groups given by their sizes (contiguous samples; a group of one gets zero),
+`authors_baseline` the authors' GRPO advantage (a group of one keeps its reward), and `prompt_weights` the explicit weight of the log
 objective, w = min(cap, p^-k + eps) with k = 1 (`inv_pass_rate`, Seq's 1/p_hat) or 1/2 (`inv_sqrt_pass_rate`,
 Est's advantage (r - r_bar) (1/sqrt(r_bar) + eps)); a group with p = 0 gets the cap (its centred rewards are zero
-for 0/1 rewards anyway). `allocation_metrics` gives the spread of the allocation and Cov(N_x, r_x).
+for 0/1 rewards anyway). `allocation_metrics` gives the spread of the allocation and Cov(N_x, r_x); `SeenWatch`
+says when the estimator has (almost) no history to estimate from.
 Pure torch: no Ray, no vLLM.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Dict, Sequence, Tuple
+from dataclasses import dataclass, fields
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
 from openrlhf_ada.algorithms._checks import check_choice, check_finite, check_int
+from openrlhf_ada.algorithms.registry import Registry
 
 STRATEGIES = ("seq", "est")
 PROMPT_WEIGHTS = ("none", "inv_pass_rate", "inv_sqrt_pass_rate")
 RAGGED_ESTIMATORS = ("rloo", "reinforce_baseline", "dr_grpo", "group_norm")
+EST_BASELINES = ("group", "authors")  # each estimator's formula on the group; the authors' GRPO (authors_baseline)
 EPS = 1e-9  # group_norm's, as upstream's
+AUTHORS_EPS = 1e-6  # the authors' GRPO epsilon (std clamp and divisor)
+AUTHORS_P_FLOOR = 1e-6  # the authors' floor on p_hat in their weight 1 / p_hat
+
+#: Allocation rules by name (`--ada.est_allocation`): fn(p_hat [P] float64, total, *, n_min, n_max, eps) -> counts
+#: [P] int64 summing to `total`.
+ALLOCATION_RULES = Registry("allocation rule")
+register_allocation_rule = ALLOCATION_RULES.register
+
+
+@dataclass(frozen=True)
+class EstPreset:
+    """A named Est setting (`--ada.est_preset`): the value of every --ada.est_* flag left unset, and what the
+    advantage is. `about` says where it comes from (the flag's help)."""
+
+    allocation: str
+    n_min: int
+    n_max: Optional[int]  # None: no upper bound (a rule that has none)
+    decay: float
+    alpha: float
+    beta: float
+    eps: float
+    prompt_weight: str  # what --ada.prompt_weight auto means
+    baseline: str  # EST_BASELINES
+    about: str
+
+
+EST_PRESETS: Dict[str, EstPreset] = {
+    "paper": EstPreset(
+        allocation="inv_sqrt", n_min=2, n_max=32, decay=0.9, alpha=1.0, beta=1.0, eps=0.01,
+        prompt_weight="inv_sqrt_pass_rate", baseline="group",
+        about="the paper's v3 text (Algorithm 1) with the project's values: Beta(1, 1), decay 0.9, N_x proportional to "
+              "1/sqrt(p_hat) + 0.01 within [2, 32], the weight 1/sqrt(p) on each estimator's own baseline"),
+    "authors": EstPreset(
+        allocation="authors", n_min=1, n_max=None, decay=0.9, alpha=1.0, beta=16.0, eps=0.0,
+        prompt_weight="none", baseline="authors",
+        about="the authors' code (RLHFlow/Reinforce-Ada, branch hanze, verl/trainer/ppo/ray_trainer_ema.py): "
+              "Beta(1, 16), decay 0.9, 1 sample each and the rest in proportion to 1/p_hat (no upper bound), no "
+              "explicit weight, GRPO's advantage r - (share of correct samples), a one-sample group keeping r "
+              "(with dr_grpo; group_norm divides by their std + 1e-6)"),
+}
 
 
 @dataclass(frozen=True)
 class EstConfig:
-    """Reinforce-Ada-Est's estimator and allocation (--ada.est_*)."""
+    """Reinforce-Ada-Est's estimator, allocation and advantage (--ada.est_*); defaults: the `paper` preset."""
 
     budget: int  # mean samples per prompt (--rollout.n_samples_per_prompt); a step generates budget x prompts
-    n_min: int = 2  # fewest samples a prompt gets (a group baseline needs 2)
-    n_max: int = 32  # most samples a prompt gets
+    n_min: int = 2  # fewest samples a prompt gets (a group baseline needs 2; the authors' allocation: 1)
+    n_max: Optional[int] = 32  # most samples a prompt gets (None: no bound, the authors' allocation)
     decay: float = 0.9  # Ada-EMA's discount of a prompt's earlier counts, per time it is sampled
     alpha: float = 1.0  # Beta prior on the pass rate
     beta: float = 1.0
     eps: float = 0.01  # allocation weight 1 / sqrt(p_hat) + eps
+    allocation: str = "inv_sqrt"  # ALLOCATION_RULES
+    baseline: str = "group"  # EST_BASELINES
 
     def __post_init__(self):
-        check_int("ada.est_min", self.n_min, 2)
-        check_int("ada.est_max", self.n_max, self.n_min)
         check_int("budget (--rollout.n_samples_per_prompt)", self.budget, 1)
-        if not self.n_min <= self.budget <= self.n_max:
+        check_choice("ada.est_allocation", self.allocation, ALLOCATION_RULES.names())
+        check_choice("est baseline", self.baseline, EST_BASELINES)
+        # a group baseline needs two samples; the authors' advantage takes a one-sample group as it is
+        check_int("ada.est_min", self.n_min, 2 if self.baseline == "group" else 1)
+        if self.n_max is not None:
+            check_int("ada.est_max", self.n_max, self.n_min)
+        if not self.n_min <= self.budget <= (self.n_max if self.n_max is not None else self.budget):
             raise ValueError(f"the budget --rollout.n_samples_per_prompt={self.budget} must lie in "
                              f"[ada.est_min, ada.est_max] = "
                              f"[{self.n_min}, {self.n_max}]: otherwise no allocation within the bounds meets it")
@@ -64,6 +124,30 @@ class EstConfig:
         check_finite("ada.est_alpha", self.alpha, minimum=1e-9)
         check_finite("ada.est_beta", self.beta, minimum=1e-9)
         check_finite("ada.est_eps", self.eps, minimum=0.0)
+
+    @classmethod
+    def from_preset(cls, preset: str, budget: int, **overrides) -> "EstConfig":
+        """The preset's values, each replaced by its override when that is not None (a flag left unset)."""
+        check_choice("ada.est_preset", preset, tuple(EST_PRESETS))
+        base = EST_PRESETS[preset]
+        names = [f.name for f in fields(cls) if f.name != "budget"]
+        unknown = set(overrides) - set(names)
+        if unknown:
+            raise ValueError(f"EstConfig.from_preset: unknown settings {sorted(unknown)}; accepted: {names}")
+        values = {k: getattr(base, k) for k in names}
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(budget=budget, **values)
+
+    def allocate(self, p_hat, prompts: int) -> List[int]:
+        """Samples per prompt for one step of `prompts` prompts (budget x prompts in all), by the rule in force."""
+        rule = ALLOCATION_RULES.get(self.allocation, "ada.est_allocation")
+        p = torch.as_tensor(p_hat, dtype=torch.float64).reshape(-1)
+        counts = rule(p, self.budget * prompts, n_min=self.n_min, n_max=self.n_max, eps=self.eps)
+        counts = torch.as_tensor(counts, dtype=torch.int64).reshape(-1)
+        if counts.numel() != p.numel() or int(counts.sum()) != self.budget * prompts or (counts < 1).any():
+            raise ValueError(f"allocation rule {self.allocation!r} returned {counts.tolist()} for {p.numel()} prompts; "
+                             f"accepted: one count >= 1 per prompt, summing to {self.budget * prompts}")
+        return counts.tolist()
 
 
 # -- the estimator -----------------------------------------------------------------------------------------------
@@ -78,14 +162,15 @@ def ema_update(n_total: float, n_pos: float, n_t: int, k_t: int, decay: float) -
 
 
 def pass_rate_estimate(n_total, n_pos, alpha: float, beta: float) -> torch.Tensor:
-    """p_hat = (N_pos + alpha) / (N_total + alpha + beta), elementwise (float64)."""
+    """p_hat = (alpha + N_pos) / (alpha + beta + N_total), elementwise (float64, summed in this order: the authors'
+    arithmetic to the last bit, so their allocation's rounding is reproduced exactly)."""
     check_finite("alpha", alpha, minimum=1e-12)
     check_finite("beta", beta, minimum=1e-12)
     total = torch.as_tensor(n_total, dtype=torch.float64)
     pos = torch.as_tensor(n_pos, dtype=torch.float64)
     if (pos < 0).any() or (pos > total + 1e-9).any():
         raise ValueError("pass_rate_estimate: counts must satisfy 0 <= N_pos <= N_total")
-    return (pos + alpha) / (total + alpha + beta)
+    return (float(alpha) + pos) / ((float(alpha) + float(beta)) + total)
 
 
 # -- the allocation ----------------------------------------------------------------------------------------------
@@ -96,6 +181,14 @@ def allocation_weights(p_hat, eps: float) -> torch.Tensor:
         raise ValueError(f"p_hat must be a non-empty vector of numbers in (0, 1]; got {p.tolist()}")
     check_finite("eps", eps, minimum=0.0)
     return p.rsqrt() + float(eps)
+
+
+@register_allocation_rule("inv_sqrt", "the paper's: proportional to 1/sqrt(p_hat) + eps within [est_min, est_max], "
+                                      "largest remainder")
+def _inv_sqrt_rule(p_hat, total: int, *, n_min: int, n_max: Optional[int], eps: float) -> torch.Tensor:
+    if n_max is None:
+        raise ValueError("the inv_sqrt allocation needs an upper bound: set --ada.est_max")
+    return allocate(p_hat, total, n_min, n_max, eps)
 
 
 def allocate(p_hat, total: int, n_min: int, n_max: int, eps: float = 0.0) -> torch.Tensor:
@@ -138,6 +231,36 @@ def allocate(p_hat, total: int, n_min: int, n_max: int, eps: float = 0.0) -> tor
     return counts
 
 
+@register_allocation_rule("authors", "the authors' code: est_min each, the rest in proportion to 1/p_hat, rounded "
+                                     "down, the missing ones to the largest fractions; no upper bound, eps unused")
+def allocate_authors(p_hat, total: int, *, n_min: int = 1, n_max: Optional[int] = None, eps: float = 0.0
+                     ) -> torch.Tensor:
+    """The authors' allocation (RLHFlow/Reinforce-Ada, branch hanze, verl/trainer/ppo/ray_trainer_ema.py,
+    `_generate_multi_round_adaptive_downsampling`), in their arithmetic (Python floats, in their order): every prompt
+    gets n_min (their 1); the remaining R = total - n_min x P are split by w = 1 / max(p_hat, 1e-6) as
+    R x (w / sum(w)), each rounded down; the samples still missing go one each to the prompts in decreasing order of
+    their fractional parts (a stable sort: ties keep the batch order). No upper bound; `n_max` and `eps` are not used
+    (the caller refuses them when set). Their guard that trims an overshoot never acts (the floors never exceed R)."""
+    p = torch.as_tensor(p_hat, dtype=torch.float64).reshape(-1)
+    if p.numel() == 0 or not torch.isfinite(p).all() or (p <= 0).any() or (p > 1).any():
+        raise ValueError(f"p_hat must be a non-empty vector of numbers in (0, 1]; got {p.tolist()}")
+    check_int("n_min", n_min, 1)
+    check_int("total", total, 0)
+    P = p.numel()
+    if total < P * n_min:
+        raise ValueError(f"total={total} samples cannot give {P} prompts {n_min} each (accepted: >= {P * n_min})")
+    remaining = total - n_min * P
+    weights = [1.0 / max(float(x), AUTHORS_P_FLOOR) for x in p.tolist()]
+    weight_sum = sum(weights)
+    shares = [remaining * (w / weight_sum) for w in weights]
+    floors = [int(math.floor(v)) for v in shares]
+    counts = [n_min + f for f in floors]
+    by_fraction = sorted(range(P), key=lambda i: shares[i] - floors[i], reverse=True)  # stable: ties in batch order
+    for i in range(remaining - sum(floors)):
+        counts[by_fraction[i % P]] += 1
+    return torch.tensor(counts, dtype=torch.int64)
+
+
 # -- groups of varying size --------------------------------------------------------------------------------------
 def _sizes(sizes, count: int) -> torch.Tensor:
     s = torch.as_tensor(sizes, dtype=torch.int64).reshape(-1)
@@ -152,6 +275,19 @@ def group_index(sizes) -> torch.Tensor:
     return torch.repeat_interleave(torch.arange(s.numel()), s)
 
 
+def pad_groups(values, sizes, fill=0) -> Tuple[torch.Tensor, torch.Tensor]:
+    """A per-sample vector [S] as a [P, max size] matrix, row g holding group g's samples then `fill`, and the mask of
+    real entries: ([1, 2, 3], sizes [1, 2]) -> [[1, fill], [2, 3]], [[True, False], [True, True]]."""
+    v = torch.as_tensor(values).reshape(-1)
+    s = _sizes(sizes, v.numel())
+    starts = torch.cumsum(s, 0) - s
+    position = torch.arange(v.numel()) - starts[group_index(s)]
+    out = torch.full((s.numel(), int(s.max())), fill, dtype=v.dtype)
+    out[group_index(s), position] = v
+    mask = torch.arange(int(s.max())).unsqueeze(0) < s.unsqueeze(1)
+    return out, mask
+
+
 def group_sums(values: torch.Tensor, sizes) -> torch.Tensor:
     """Per-group sums [P] of a per-sample vector [S] (float64)."""
     v = torch.as_tensor(values, dtype=torch.float64).reshape(-1)
@@ -160,37 +296,67 @@ def group_sums(values: torch.Tensor, sizes) -> torch.Tensor:
 
 
 def ragged_baseline(rewards, sizes, estimator: str, *, eps: float = EPS) -> torch.Tensor:
-    """Baseline-subtracted rewards [S] for contiguous groups of the given sizes (each >= 2), with each estimator's
-    group formula on the group's own samples (all of a prompt's samples under Est):
+    """Baseline-subtracted rewards [S] for contiguous groups of the given sizes, with each estimator's group formula
+    on the group's own samples (all of a prompt's samples under Est):
 
         rloo                 r_i - (sum_g - r_i) / (N_g - 1)
         reinforce_baseline   r_i - mean_g
         dr_grpo              r_i - mean_g
         group_norm           (r_i - mean_g) / (std_g + eps)    (std unbiased)
 
-    A group whose rewards are all equal gets exactly zero. Returned in the rewards' dtype (float32 at least)."""
+    A group whose rewards are all equal gets exactly zero, a group of one sample too (it has no baseline to compare
+    with). Returned in the rewards' dtype (float32 at least)."""
     check_choice("estimator", estimator, RAGGED_ESTIMATORS)
     r_in = torch.as_tensor(rewards)
     dtype = torch.promote_types(r_in.dtype, torch.float32)
     r = r_in.reshape(-1).double()
     s = _sizes(sizes, r.numel())
-    if (s < 2).any():
-        raise ValueError(f"group sizes {s.tolist()}: a group baseline needs at least 2 samples per group")
     g = group_index(s)
     count = s.double()
     total = group_sums(r, s)
     mean = total / count
+    others = (count - 1).clamp(min=1)  # a group of one: any value, replaced by zero below
     if estimator == "rloo":
-        out = r - (total[g] - r) / (count[g] - 1)
+        out = r - (total[g] - r) / others[g]
     else:
         out = r - mean[g]
         if estimator == "group_norm":
-            var = group_sums((r - mean[g]) ** 2, s) / (count - 1)
+            var = group_sums((r - mean[g]) ** 2, s) / others
             out = out / (var.sqrt()[g] + eps)
     lo = torch.full_like(total, math.inf).scatter_reduce(0, g, r, "amin")
     hi = torch.full_like(total, -math.inf).scatter_reduce(0, g, r, "amax")
     all_equal = (lo == hi)[g]
     return torch.where(all_equal, torch.zeros_like(out), out).to(dtype)
+
+
+def authors_baseline(rewards, sizes, positive, *, norm_by_std: bool = False) -> torch.Tensor:
+    """The authors' Est advantage [S] (RLHFlow/Reinforce-Ada, branch hanze, verl/trainer/ppo/core_algos.py,
+    `compute_grpo_outcome_advantage` with global_stat_est, `_compute_with_global_stats`), on contiguous groups of the
+    given sizes: from the group's counts of correct (`positive`, bool [S]) and wrong samples,
+
+        a group of one    mean 0, std 1                 (its advantage is r itself)
+        otherwise         mean = #correct / size,  std = max(unbiased std of [1] x #correct + [0] x #wrong, 1e-6)
+        advantage         r - mean,  or (r - mean) / (std + 1e-6) with norm_by_std (their grpo with
+                          norm_adv_by_std_in_grpo; their script turns it off)
+
+    The mean is the share of correct samples, not the mean reward (the same for 0/1 rewards). In float32, as theirs."""
+    r = torch.as_tensor(rewards).reshape(-1).float()
+    s = _sizes(sizes, r.numel())
+    pos = torch.as_tensor(positive).reshape(-1).bool()
+    if pos.numel() != r.numel():
+        raise ValueError(f"positive has {pos.numel()} entries for {r.numel()} rewards")
+    g = group_index(s)
+    count = s.float()
+    n_pos = torch.zeros(s.numel(), dtype=torch.float32).index_add_(0, g, pos.float())
+    single = s <= 1
+    mean = torch.where(single, torch.zeros_like(count), n_pos / count)
+    out = r - mean[g]
+    if norm_by_std:
+        # unbiased std of n_pos ones and the rest zeros: sqrt(n_pos (1 - mean)^2 + n_neg mean^2) / (size - 1)
+        var = (n_pos * (1 - mean) ** 2 + (count - n_pos) * mean ** 2) / (count - 1).clamp(min=1)
+        std = torch.where(single, torch.ones_like(count), var.sqrt().clamp(min=AUTHORS_EPS))
+        out = out / (std[g] + AUTHORS_EPS)
+    return out
 
 
 def prompt_weights(pass_rate, kind: str, *, eps: float, cap: float) -> torch.Tensor:
@@ -226,3 +392,32 @@ def allocation_metrics(samples: Sequence[int], reward_means: Sequence[float]) ->
         "ada/alloc_max": float(n.max()),
         "ada/alloc_cov_n_r": cov,
     }
+
+
+# -- is Est estimating? -------------------------------------------------------------------------------------------
+@dataclass
+class SeenWatch:
+    """Counts Est steps in a row in which (almost) no prompt had been sampled before (a share of seen prompts at most
+    `below`), and after `steps` of them returns a warning once: the allocation then follows the prior alone, i.e.
+    every prompt gets the same count (a single pass over a large dataset is the usual cause)."""
+
+    steps: int = 10
+    below: float = 0.05
+    run: int = 0
+    warned: bool = False
+
+    def observe(self, seen: int, prompts: int, dataset_size: Optional[int] = None) -> Optional[str]:
+        """This step's prompts with history (`seen`) of `prompts`; a warning the first time the run reaches `steps`."""
+        if prompts <= 0:
+            return None
+        self.run = self.run + 1 if seen / prompts <= self.below else 0
+        if self.warned or self.run < self.steps:
+            return None
+        self.warned = True
+        data = (f" The data hold {dataset_size} prompts, {prompts} per step: a prompt comes back after about "
+                f"{math.ceil(dataset_size / prompts)} steps." if dataset_size else "")
+        return (f"--ada.strategy est: for {self.run} steps in a row at most {self.below:.0%} of each step's prompts had "
+                f"been sampled before (this step: {seen} of {prompts}), so the estimator has nothing to estimate "
+                f"from and every prompt gets the prior's count (plain GRPO with n = the budget).{data} Est needs each "
+                "prompt to come back: train for several epochs (--train.num_episodes) over a smaller prompt set, or "
+                "use --ada.strategy seq, which adapts within the step")

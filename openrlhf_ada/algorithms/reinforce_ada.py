@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
 from openrlhf_ada.algorithms._checks import check_choice, check_finite, check_int
-from openrlhf_ada.algorithms.estimate import PROMPT_WEIGHTS, STRATEGIES, EstConfig, allocate, pass_rate_estimate
+from openrlhf_ada.algorithms.estimate import EST_PRESETS, PROMPT_WEIGHTS, STRATEGIES, EstConfig, pass_rate_estimate
 from openrlhf_ada.algorithms.history import HistoryConfig, PromptHistory, round_schedule
 from openrlhf_ada.algorithms.registry import Registry
 
@@ -133,19 +133,23 @@ class AdaConfig:
     history_window: int = HistoryConfig.window
     # Reinforce-Ada-Est (estimate.py): one pass, samples per prompt allocated from an estimate of its pass rate
     strategy: str = "seq"  # seq: the rounds above; est: Reinforce-Ada-Est
-    est_min: int = EstConfig.n_min
-    est_max: int = EstConfig.n_max
-    est_decay: float = EstConfig.decay
-    est_alpha: float = EstConfig.alpha
-    est_beta: float = EstConfig.beta
-    est_eps: float = EstConfig.eps
+    est_preset: str = "paper"  # estimate.EST_PRESETS: the value of every est_* below left None
+    est_allocation: Optional[str] = None
+    est_min: Optional[int] = None
+    est_max: Optional[int] = None
+    est_decay: Optional[float] = None
+    est_alpha: Optional[float] = None
+    est_beta: Optional[float] = None
+    est_eps: Optional[float] = None
     # the explicit per-prompt weight of the log objective, on each group's advantages after the baseline
-    prompt_weight: str = "auto"  # auto: none for seq, inv_sqrt_pass_rate for est
+    prompt_weight: str = "auto"  # auto: none for seq, the preset's for est (paper: inv_sqrt_pass_rate, authors: none)
     prompt_weight_eps: float = 0.01
     prompt_weight_cap: float = 10.0
+    # one Est pool (round_loop.est_pool_config): one round of n, every sample kept as the group, n may be 1
+    keep_all: bool = False
 
     def __post_init__(self):
-        check_int("n (--rollout.n_samples_per_prompt)", self.n, 2)
+        check_int("n (--rollout.n_samples_per_prompt)", self.n, 1 if self.keep_all else 2)
         check_choice("ada.mode", self.mode, EXIT_RULES.names())
         if self.round_size is not None:
             check_int("ada.round_size", self.round_size, 1)
@@ -164,6 +168,7 @@ class AdaConfig:
         check_choice("ada.cancel_order", self.cancel_order, CANCEL_ORDERS)
         _ = self.history_config  # checks ada.history_target, ada.history_skip, ada.history_window
         check_choice("ada.strategy", self.strategy, STRATEGIES)
+        check_choice("ada.est_preset", self.est_preset, tuple(EST_PRESETS))
         check_choice("ada.prompt_weight", self.prompt_weight, ("auto",) + PROMPT_WEIGHTS)
         check_finite("ada.prompt_weight_eps", self.prompt_weight_eps, minimum=0.0)
         check_finite("ada.prompt_weight_cap", self.prompt_weight_cap, minimum=1.0)
@@ -192,21 +197,23 @@ class AdaConfig:
 
     @property
     def history_config(self) -> HistoryConfig:
+        est = self.strategy == "est"
         return HistoryConfig(target=self.history_target, skip=self.history_skip, window=self.history_window,
-                             ema=self.strategy == "est", ema_decay=self.est_decay)
+                             ema=est, ema_decay=self.est_config.decay if est else HistoryConfig.ema_decay)
 
     @property
     def est_config(self) -> EstConfig:
-        return EstConfig(budget=self.n, n_min=self.est_min,
-                         n_max=self.est_max, decay=self.est_decay, alpha=self.est_alpha, beta=self.est_beta,
-                         eps=self.est_eps)
+        """Est's frozen config: the preset's values, each est_* flag that is set in their place."""
+        return EstConfig.from_preset(self.est_preset, self.n, allocation=self.est_allocation, n_min=self.est_min,
+                                     n_max=self.est_max, decay=self.est_decay, alpha=self.est_alpha,
+                                     beta=self.est_beta, eps=self.est_eps)
 
     @property
     def weight_kind(self) -> str:
-        """The --ada.prompt_weight in force (auto resolved by the strategy)."""
+        """The --ada.prompt_weight in force (auto: none with seq, the preset's with est)."""
         if self.prompt_weight != "auto":
             return self.prompt_weight
-        return "inv_sqrt_pass_rate" if self.strategy == "est" else "none"
+        return EST_PRESETS[self.est_preset].prompt_weight if self.strategy == "est" else "none"
 
 
 @dataclass
@@ -406,6 +413,8 @@ class PromptPool:
 
     @property
     def exit_rule_holds(self) -> bool:
+        if self.config.keep_all:  # Est's one pass: nothing to decide; "resolved" when a sample is correct
+            return self.num_pos >= 1
         return exit_reached(self.num_pos, self.num_neg, mode=self.config.mode, n=self.config.n)
 
     @property
@@ -458,6 +467,8 @@ class PromptPool:
         """Pool indices of the kept group (see select_group); [] for a dropped or failed prompt."""
         if self.outcome not in ("resolved", "kept"):
             return []
+        if self._selected is None and self.config.keep_all:  # Est: every sample, in generation order
+            self._selected = list(range(self.count))
         if self._selected is None:  # once: a second call must not draw again from rng
             flags = [s > self.config.positive_threshold for s in self.scores]
             self._selected = select_group(flags, self.config.n, policy=self.config.selection, rng=self.rng)
@@ -650,7 +661,7 @@ def simulate_est(
 ) -> List[SimResult]:
     """One Reinforce-Ada-Est step over the given prompts (stream p = the rewards prompt p would produce; rewards
     double as scores): p_hat from the history's Ada-EMA counts (unseen: the prior), the counts allocated for a step of
-    config.budget x prompts (`estimate.allocate`), each prompt's first N_x stream values all kept, and each outcome
+    config.budget x prompts (the config's allocation rule), each prompt's first N_x stream values all kept, and each outcome
     recorded into the history for `epoch` (updated in place; its config must have `ema` on). A stream shorter than
     its count is a ValueError."""
     if not history.config.ema:
@@ -661,7 +672,7 @@ def simulate_est(
         return []
     counts = [history.ema_counts(str(k)) for k in prompt_keys]
     p_hat = pass_rate_estimate([c[0] for c in counts], [c[1] for c in counts], config.alpha, config.beta)
-    sizes = allocate(p_hat, config.budget * len(reward_streams), config.n_min, config.n_max, config.eps).tolist()
+    sizes = config.allocate(p_hat, len(reward_streams))
     results = []
     for p, (stream, size) in enumerate(zip(reward_streams, sizes)):
         chunk = [float(x) for x in stream[:size]]
@@ -671,7 +682,7 @@ def simulate_est(
         num_pos = sum(x > positive_threshold for x in chunk)
         history.record(str(prompt_keys[p]), epoch, num_pos, size - num_pos)
         mean = sum(chunk) / size
-        std = math.sqrt(max(sum((x - mean) ** 2 for x in chunk) / (size - 1), 0.0))
+        std = math.sqrt(max(sum((x - mean) ** 2 for x in chunk) / (size - 1), 0.0)) if size > 1 else 1.0
         results.append(SimResult(samples=size, rounds=1, resolved=0 < num_pos < size, kept=list(range(size)),
                                  pool_mean=mean, pool_std=std, outcome="kept", num_pos=num_pos,
                                  num_neg=size - num_pos, round_resolved=None, tokens=sum(lens),

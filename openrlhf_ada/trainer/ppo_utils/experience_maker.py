@@ -18,8 +18,9 @@ Only `compute_advantages_and_returns` changes (and upstream's per-token return l
   its weight from the pool's pass rate (`ada_pool_pass_rate`), before the KL term (estimate.prompt_weights);
 - `--ada.strategy est`: every sample of a prompt is trained, so groups have different sizes. They are found in rollout
   order (a group starts at pool index 0, its size is its pool count), each group-baseline estimator's formula is
-  applied to them (estimate.ragged_baseline), then the prompt weight from the group's pass rate, then the same KL,
-  returns and whitening as the pool baseline.
+  applied to them (estimate.ragged_baseline; with the `authors` preset their GRPO advantage, estimate.authors_baseline),
+  then the prompt weight from the group's pass rate, then the same KL, returns and whitening as the pool baseline, and
+  with `--adora.enable` each group's ADORA weight from its own samples (adora.ragged_sample_weights).
 
 Groups are defined as upstream defines them: restore rollout order from `experience.index`, sample i belongs to
 prompt i // n (Est: the groups found as above).
@@ -36,9 +37,23 @@ from openrlhf.trainer.ppo_utils.experience import Experience
 from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
 from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
 
-from openrlhf_ada.algorithms.adora import adora_metrics, group_stats, in_schedule, load_weight_func, sample_weights
+from openrlhf_ada.algorithms.adora import (
+    adora_metrics,
+    group_stats,
+    in_schedule,
+    load_weight_func,
+    ragged_group_stats,
+    ragged_sample_weights,
+    sample_weights,
+)
 from openrlhf_ada.algorithms.baselines import GROUP_BASELINE_ESTIMATORS, pool_baseline
-from openrlhf_ada.algorithms.estimate import group_index, group_sums, prompt_weights, ragged_baseline
+from openrlhf_ada.algorithms.estimate import (
+    authors_baseline,
+    group_index,
+    group_sums,
+    prompt_weights,
+    ragged_baseline,
+)
 from openrlhf_ada.algorithms.returns import exact_undiscounted_returns, undiscounted_returns
 from openrlhf_ada.args import ada_config, adora_config
 
@@ -128,22 +143,18 @@ class AdoraPoolExperienceMaker(RemoteExperienceMaker):
 
     # -- ADORA -------------------------------------------------------------------------------------------------
     def _grouped_outcome(self, experiences, order: RolloutOrder) -> dict:
-        rewards = order.group([e.rewards.float() for e in experiences])
-        has_scores = all(e.scores is not None for e in experiences)
-        scores = order.group([e.scores.float() for e in experiences]) if has_scores else rewards.clone()
-        return dict(
-            scores=scores,
-            rewards=rewards,
-            lengths=order.group([e.response_length.float() for e in experiences]),
-            truncated=order.group([e.truncated.bool() for e in experiences]),
-        )
+        return self._outcome(experiences, order.group)
 
     def _apply_adora(self, experiences, order: RolloutOrder, outcome: dict) -> None:
         stats = group_stats(outcome["scores"], outcome["lengths"], outcome["truncated"],
                             positive_threshold=self.adora.positive_threshold)
         weights = sample_weights(self.adora, step=self.global_step, weight_func=self.weight_func, stats=stats,
                                  **outcome)
-        metrics = adora_metrics(stats, weights, boost=self.adora.boost)
+        self._weight_advantages(experiences, order, weights, adora_metrics(stats, weights, boost=self.adora.boost))
+
+    def _weight_advantages(self, experiences, order: RolloutOrder, weights: torch.Tensor, metrics: dict) -> None:
+        """Multiply every sample's final advantages by its ADORA weight (in rollout order, [P, n] or [S]); the
+        weights and the step's ADORA metrics go into `info`."""
         for experience, w in zip(experiences, order.split(weights)):
             experience.advantages = experience.advantages * w.to(experience.advantages.dtype).unsqueeze(-1)
             experience.info["adora_weight"] = w.float()
@@ -189,8 +200,10 @@ class AdoraPoolExperienceMaker(RemoteExperienceMaker):
                                "RoundsSamplesGenerator); these experiences were not produced by it")
         for e in experiences:
             e.rewards = e.rewards.to(torch.promote_types(e.rewards.dtype, torch.float32))
-        apply_length_penalties(experiences, args)
         order = RolloutOrder(experiences, 1)
+        # the outcome before length penalties touch the rewards: what ADORA and the authors' counts read
+        outcome = self._outcome(experiences, order.flat)
+        apply_length_penalties(experiences, args)
         rewards = order.flat([e.rewards for e in experiences])
         index = order.flat([e.info["ada_pool_index"].float() for e in experiences])
         count = order.flat([e.info["ada_pool_count"].float() for e in experiences])
@@ -199,7 +212,12 @@ class AdoraPoolExperienceMaker(RemoteExperienceMaker):
         if starts.numel() == 0 or starts[0] != 0 or not torch.equal(sizes.double(), count[starts].double()):
             raise RuntimeError("--ada.strategy est: the samples are not whole groups in rollout order (each group's "
                                "pool indices 0..size-1, contiguous)")
-        shaped = ragged_baseline(rewards, sizes, args.algo.advantage.estimator)
+        if self.ada.est_config.baseline == "authors":  # their GRPO: dr_grpo r - share correct, group_norm / std
+            positive = outcome["scores"] > self.ada.positive_threshold
+            shaped = authors_baseline(rewards, sizes, positive,
+                                      norm_by_std=args.algo.advantage.estimator == "group_norm").to(rewards.dtype)
+        else:
+            shaped = ragged_baseline(rewards, sizes, args.algo.advantage.estimator)
         pass_rate = order.flat([e.info["ada_pool_pass_rate"].float() for e in experiences])[starts]
         g = group_index(sizes)
         w = prompt_weights(pass_rate, self.ada.weight_kind, eps=self.ada.prompt_weight_eps,
@@ -212,7 +230,28 @@ class AdoraPoolExperienceMaker(RemoteExperienceMaker):
             e.info["group_reward_std"] = s
             e.info["ada_prompt_weight"] = wi
         self._finish_group_advantages(experiences, order.split(shaped))
+        if self.adora_active:  # each group's ADORA weight from its own samples, whatever its size
+            stats = ragged_group_stats(outcome["scores"], outcome["lengths"], outcome["truncated"], sizes,
+                                       positive_threshold=self.adora.positive_threshold)
+            weights = ragged_sample_weights(self.adora, step=self.global_step, weight_func=self.weight_func,
+                                            stats=stats, sizes=sizes, **outcome)
+            per_group = group_sums(weights, sizes) / sizes
+            self._weight_advantages(experiences, order, weights,
+                                    adora_metrics(stats, per_group, boost=self.adora.boost))
         return experiences
+
+    @staticmethod
+    def _outcome(experiences, arrange: Callable) -> dict:
+        """Scores (rewards where the reward file gives none), rewards, lengths and truncation of every sample,
+        each arranged by `arrange` (RolloutOrder.group or .flat)."""
+        rewards = arrange([e.rewards.float() for e in experiences])
+        has_scores = all(e.scores is not None for e in experiences)
+        return dict(
+            scores=arrange([e.scores.float() for e in experiences]) if has_scores else rewards.clone(),
+            rewards=rewards,
+            lengths=arrange([e.response_length.float() for e in experiences]),
+            truncated=arrange([e.truncated.bool() for e in experiences]),
+        )
 
     def _finish_group_advantages(self, experiences, shaped: List[torch.Tensor]) -> None:
         """Baseline-subtracted rewards per experience -> KL reward, returns, advantages (and upstream's batch

@@ -60,7 +60,7 @@ from openrlhf.trainer.ppo_utils.samples_generator import _collect_prompt_batch
 from openrlhf.utils.logging_utils import init_logger
 from tqdm import tqdm
 
-from openrlhf_ada.algorithms.estimate import allocate, allocation_metrics, pass_rate_estimate
+from openrlhf_ada.algorithms.estimate import allocation_metrics, pass_rate_estimate
 from openrlhf_ada.algorithms.history import prompt_key
 from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool, make_rng, step_metrics
 from openrlhf_ada.trainer.ppo_utils.sample_failures import FailureLog, sample_score, scalar
@@ -79,7 +79,8 @@ FIXED_N_METRICS = {
 
 #: What an Est step (--ada.strategy est: one pass, allocated counts) logs besides the fixed-n metrics.
 EST_METRICS = FIXED_N_METRICS | {"ada/alloc_min", "ada/alloc_median", "ada/alloc_max", "ada/alloc_cov_n_r",
-                                 "ada/est_p_hat_mean", "ada/first_round_signal_share", "ada/epoch"}
+                                 "ada/est_p_hat_mean", "ada/est_seen_share", "ada/first_round_signal_share",
+                                 "ada/epoch"}
 
 ENGINE_ERRORS = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError, ray.exceptions.RayTaskError)
 
@@ -105,7 +106,15 @@ class ActivePrompt:
 def est_pool_config(config: AdaConfig, size: int) -> AdaConfig:
     """Reinforce-Ada-Est's pool for a prompt allocated `size` samples: one round of that size, every sample kept."""
     return AdaConfig(n=size, mode="pos", round_size=size, max_rounds=1, unresolved="keep", selection="first",
-                     baseline="group", seed=config.seed, positive_threshold=config.positive_threshold)
+                     baseline="group", seed=config.seed, positive_threshold=config.positive_threshold, keep_all=True)
+
+
+def _dataset_size(generator) -> Optional[int]:
+    """Prompts in the training data, when the prompt loader knows (for Est's warning); None otherwise."""
+    try:
+        return len(generator.prompts_dataloader.dataset)
+    except (AttributeError, TypeError):
+        return None
 
 
 def response_length(e: Experience) -> int:
@@ -177,6 +186,7 @@ class RoundStep:
         self.est_sizes: List[int] = []  # counts of prompts lost this step, for their replacements
         self.est_allocated = False
         self.p_hat: dict = {}  # uid -> p_hat the prompt's count was allocated from
+        self.est_seen = self.est_first = 0  # the step's allocation: its prompts sampled before (history), all of them
 
     # -- the step, top to bottom --------------------------------------------------------------------------------
     def run(self):
@@ -260,9 +270,10 @@ class RoundStep:
         est = self.config.est_config
         counts = [(self.history.ema_counts(it.key)) for it in items]
         p_hat = pass_rate_estimate([c[0] for c in counts], [c[1] for c in counts], est.alpha, est.beta)
-        if not self.est_allocated:
-            sizes = allocate(p_hat, est.budget * len(items), est.n_min, est.n_max, est.eps).tolist()
+        if not self.est_allocated:  # every count read before any prompt of the step is recorded: a snapshot
+            sizes = est.allocate(p_hat, len(items))
             self.est_allocated = True
+            self.est_seen, self.est_first = sum(c[0] > 0 for c in counts), len(items)
         else:
             sizes = [self.est_sizes.pop(0) if self.est_sizes else est.budget for _ in items]
         for it, size, p in zip(items, sizes, p_hat.tolist()):
@@ -426,6 +437,8 @@ class RoundStep:
             mean_score /= len(kept)
             if not (lo < mean_score < hi):
                 self.filtered += 1
+                if self.est:  # its replacement gets its count: the step's total stays the budget
+                    self.est_sizes.append(item.pool.config.n)
                 return 1
         self.accepted[item.uid] = kept
         return 0
@@ -451,6 +464,10 @@ class RoundStep:
                                                for pool in gen.last_pools]))
         if self.est and self.p_hat:
             metrics["ada/est_p_hat_mean"] = sum(self.p_hat.values()) / len(self.p_hat)
+            metrics["ada/est_seen_share"] = self.est_seen / self.est_first  # replacements left out
+            warning = gen.est_watch.observe(self.est_seen, self.est_first, _dataset_size(gen))
+            if warning:
+                logger.warning(warning)
         self.failures.check(gen.fault.max_failed_share, gen.args.reward.remote_url, gen.tokenizer)
         metrics.update(self.failures.metrics())
         metrics["fault/engine_failures"] = float(self.engine_failures)

@@ -36,6 +36,7 @@ from openrlhf.trainer.ppo_utils.experience import Experience
 from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
 from openrlhf.utils.logging_utils import init_logger
 
+from openrlhf_ada.algorithms.estimate import SeenWatch
 from openrlhf_ada.algorithms.history import PromptHistory
 from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool
 from openrlhf_ada.args import ada_config, fault_config
@@ -105,6 +106,7 @@ class RoundsSamplesGenerator(SamplesGenerator):
         self.history = (PromptHistory(self.ada.history_config)
                         if self.ada is not None and (self.ada.history or self.est) else None)
         self.last_group_sizes: List[int] = []  # sizes of the last training step's groups, in order (est: varying)
+        self.est_watch = SeenWatch()  # est: warns once when the estimator keeps finding no history
         self._epoch = -1
         self._epoch_pending = False  # a fresh iterator: its first prompt starts the next epoch
         self._resume_in_epoch = False  # after load_state_dict: the next iterator continues the saved epoch
