@@ -1,4 +1,4 @@
-r"""``python -m openrlhf_ada.cli.prepare_data {kk,countdown,hf}``: prompt datasets (jsonl) for OpenRLHF's trainer.
+r"""``python -m openrlhf_ada.cli.prepare_data {kk,countdown,shapes,hf}``: prompt datasets (jsonl) for OpenRLHF's trainer.
 
 Every line is one JSON object that OpenRLHF 0.11.2's ``--data.prompt_dataset`` reads (``load_dataset("json")``):
 
@@ -8,10 +8,11 @@ Every line is one JSON object that OpenRLHF 0.11.2's ``--data.prompt_dataset`` r
     ``--data.apply_chat_template`` (it becomes the user turn; ``<image>`` marks where images go) and without it.
 ``label``
     what the reward file checks against: for ``kk`` and ``countdown`` a JSON object in a string (see
-    ``openrlhf_ada/rewards/kk.py`` and ``countdown.py``), for ``hf`` the reference answer as a plain string.
+    ``openrlhf_ada/rewards/kk.py`` and ``countdown.py``), for ``shapes`` the colour's name, for ``hf`` the reference
+    answer as a plain string.
 ``datasource``
     the task name; upstream reports eval pass rates per datasource.
-``images`` (``hf`` with an image column only)
+``images`` (``shapes``, and ``hf`` with an image column)
     a list of images as ``data:image/png;base64,...`` strings (upstream's ``load_images`` reads them), so the file
     is self-contained.
 
@@ -186,6 +187,36 @@ def generate_kk(
             bar.update(1)
     random.Random(seed).shuffle(records)
     return records
+
+
+#: The shapes task's colours: name -> RGB. Each word is one token of the tiny VL model (openrlhf_ada/utils/tiny_vl.py).
+SHAPE_COLOURS = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 70, 220), "yellow": (230, 200, 40)}
+SHAPES_QUESTION = "<image>What colour is the shape? Answer in one word."
+
+
+def shape_image(colour: str, rng: random.Random, size: int = 56):
+    """A ``size`` x ``size`` picture: a light grey background (a random shade) with one filled square or circle of
+    ``colour`` (a random shade of it, place and size), so that no two pictures are alike."""
+    from PIL import Image, ImageDraw
+
+    grey = rng.randint(200, 250)
+    image = Image.new("RGB", (size, size), (grey, grey, grey))
+    side = rng.randint(size // 3, size * 3 // 4)
+    x, y = rng.randint(0, size - side), rng.randint(0, size - side)
+    fill = tuple(max(0, min(255, c + rng.randint(-15, 15))) for c in SHAPE_COLOURS[colour])
+    draw = ImageDraw.Draw(image)
+    (draw.rectangle if rng.random() < 0.5 else draw.ellipse)([x, y, x + side - 1, y + side - 1], fill=fill)
+    return image
+
+
+def generate_shapes(count: int, *, seed: int, size: int = 56) -> list[dict]:
+    """``count`` vision-language records: a picture of one coloured shape (``shape_image``, embedded as a PNG data
+    URI), the question "What colour is the shape?", the colour's name as the label; colours in turn, so each occurs
+    equally often. Reward: rewards/shapes.py."""
+    rng = random.Random(seed)
+    names = list(SHAPE_COLOURS)
+    return [{INPUT_KEY: SHAPES_QUESTION, LABEL_KEY: names[i % len(names)], DATASOURCE_KEY: "shapes",
+             IMAGE_KEY: [image_to_data_uri(shape_image(names[i % len(names)], rng, size))]} for i in range(count)]
 
 
 def generate_countdown(
@@ -501,7 +532,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Train with --data.prompt_dataset OUT --data.input_key input --data.label_key label "
         "--data.apply_chat_template --reward.remote_url openrlhf_ada/rewards/<kk|countdown|math>.py.",
     )
-    sub = parser.add_subparsers(dest="task", required=True, metavar="{kk,countdown,hf}")
+    sub = parser.add_subparsers(dest="task", required=True, metavar="{kk,countdown,shapes,hf}")
 
     kk = sub.add_parser("kk", parents=[common], help="Knights and Knaves puzzles (reasoning-gym)",
                         description="Knights-and-Knaves puzzles from reasoning-gym, people counts in equal shares "
@@ -524,6 +555,14 @@ def build_parser() -> argparse.ArgumentParser:
     cd.add_argument("--max-target", type=_positive, default=100, help="largest target (default 100)")
     cd.add_argument("--use-all", action="store_true",
                     help="every number must be used exactly once (default: each at most once)")
+
+    sh = sub.add_parser("shapes", parents=[common], help="the colour of a shape in a picture (vision-language)",
+                        description="Generated pictures of one coloured square or circle (red, green, blue or "
+                        "yellow); the answer is the colour, in one word. Images embedded as PNG data URIs; train a "
+                        "vision-language model with --data.image_key images --data.max_images_per_prompt 1. A task "
+                        "a tiny model can learn. Reward: rewards/shapes.py.")
+    sh.add_argument("--size", type=_positive, default=256, help="number of training items (default 256)")
+    sh.add_argument("--image-size", type=_positive, default=56, help="pictures are N x N pixels (default 56)")
 
     hf = sub.add_parser("hf", parents=[common], help="a Hugging Face dataset (math or vision-language math)",
                         description="Rows of a Hugging Face dataset (Hub name or local file/folder) as math prompts "
@@ -574,6 +613,9 @@ def run(args: argparse.Namespace) -> list[tuple[str, int]]:
                                      max_value=args.max_value, min_target=args.min_target,
                                      max_target=args.max_target, use_all=args.use_all, progress=progress)
         hint = _reward_hint("countdown.py")
+    elif args.task == "shapes":
+        records = generate_shapes(total, seed=args.seed, size=args.image_size)
+        hint = _reward_hint("shapes.py") + f" --data.image_key {IMAGE_KEY} --data.max_images_per_prompt 1"
     else:
         dataset = load_hf_dataset(args.name, config=args.config, split=args.split,
                                   connect_timeout=args.connect_timeout)
