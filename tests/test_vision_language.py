@@ -199,3 +199,20 @@ def test_train_local_accepts_the_shapes_task(tmp_path, tiny_vl_path):
     args = parse_local_args(local_argv(tmp_path, tiny_vl_path, str(data), "--data.max_images_per_prompt", "1",
                                        "--data.apply_chat_template"))
     assert args.data.max_images_per_prompt == 1
+
+
+def test_cluster_launcher_refuses_an_undecodable_image_before_ray(tmp_path, tiny_vl_path):
+    import os
+    import subprocess
+    import sys
+
+    data = rows_file(tmp_path, [GOOD, {**GOOD, "images": [BROKEN]}])
+    proc = subprocess.run(
+        [sys.executable, "-m", "openrlhf_ada.cli.train_ppo_ray", "--actor.model_name_or_path", tiny_vl_path,
+         "--data.prompt_dataset", data, "--data.label_key", "label", "--data.image_key", "images",
+         "--data.max_images_per_prompt", "1", "--reward.remote_url", REWARD, "--algo.advantage.estimator",
+         "group_norm", "--rollout.n_samples_per_prompt", "2", "--vllm.num_engines", "1"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "OPENRLHF_ADA_CPU": "1"})
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "data.jsonl:2: image 1" in proc.stderr and "cannot be decoded as an image" in proc.stderr
+    assert "Started a local Ray instance" not in proc.stdout + proc.stderr  # refused before Ray

