@@ -216,3 +216,37 @@ def test_cluster_launcher_refuses_an_undecodable_image_before_ray(tmp_path, tiny
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "data.jsonl:2: image 1" in proc.stderr and "cannot be decoded as an image" in proc.stderr
     assert "Started a local Ray instance" not in proc.stdout + proc.stderr  # refused before Ray
+
+
+def test_batched_log_probs_use_each_samples_own_picture(tiny_vl_path):
+    """train_local's scoring of a batch (upstream's concat of samples: left-padded, each sample's processor outputs in
+    order) equals scoring each sample alone, and differs when the pictures are given to the wrong samples."""
+    import copy
+
+    from openrlhf.trainer.ppo_utils.experience import Experience
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from openrlhf_ada.trainer.local_trainer import sequence_log_probs
+
+    processor = AutoProcessor.from_pretrained(tiny_vl_path)
+    model = AutoModelForImageTextToText.from_pretrained(tiny_vl_path, dtype=torch.float32).eval()
+    samples = []
+    for question, rgb, size in (("What colour?", (255, 0, 0), 56), ("Which colour is the shape?", (0, 0, 255), 84)):
+        inputs = processor(text=[prompt_for(processor, question)], images=[picture(rgb, size)], return_tensors="pt")
+        sequence = torch.cat([inputs["input_ids"], torch.tensor([[300, 301, 302]])], dim=1)
+        mm = {k: v for k, v in inputs.items() if k in ("pixel_values", "image_grid_thw")}
+        ones = torch.ones_like(sequence)
+        samples.append(Experience(sequences=sequence, attention_mask=ones, action_mask=ones[:, 1:],
+                                  mm_train_inputs=[mm], labels=[question]))
+    assert samples[0].sequences.shape != samples[1].sequences.shape  # 4 and 9 image tokens: padding is exercised
+    batch = Experience.concat_experiences(samples, processor.tokenizer.pad_token_id)
+    with torch.no_grad():
+        alone = [sequence_log_probs(model, s)[0] for s in samples]
+        together = sequence_log_probs(model, batch)
+        swapped = copy.copy(batch)
+        swapped.mm_train_inputs = batch.mm_train_inputs[::-1]
+        for b, own in enumerate(alone):
+            row = together[b][batch.attention_mask[b, 1:].bool()]
+            assert torch.allclose(row, own, atol=1e-4), (b, (row - own).abs().max())
+        with pytest.raises(Exception):  # 4 image tokens cannot take a 9-token picture: a mix-up cannot pass silently
+            sequence_log_probs(model, swapped)
