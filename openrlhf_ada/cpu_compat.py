@@ -443,7 +443,10 @@ def _patch_vision_without_torchvision() -> None:
       is served by its PIL twin, image_processing_pil_qwen2_vl.py, which defines the same ``smart_resize``;
     - ``AutoProcessor`` loads every sub-processor of Qwen2-VL's processor, the video one too, and
       transformers/models/auto/video_processing_auto.py L387 refuses it without torchvision: a plain
-      ``BaseVideoProcessor`` (videos cannot be processed with it; images are untouched) stands in for it.
+      ``BaseVideoProcessor`` (videos cannot be processed with it; images are untouched) stands in for it;
+    - so an engine takes no videos: vllm/config/multimodal.py L500 allows 999 per prompt of a modality the engine's
+      ``limit_mm_per_prompt`` leaves out (upstream's create_vllm_engines names images only), and vLLM's profiling
+      would then process a dummy video; such an engine's video limit becomes 0.
     Nothing happens where torchvision is installed."""
     if importlib.util.find_spec("torchvision") is not None:
         return
@@ -471,6 +474,16 @@ def _patch_vision_without_torchvision() -> None:
         module.AutoVideoProcessor.from_pretrained = classmethod(from_pretrained)
 
     _after_import("transformers.models.auto.video_processing_auto", patch)
+
+    def check_and_update_config(original, cls, vllm_config):
+        multimodal = getattr(vllm_config.model_config, "multimodal_config", None)
+        if multimodal is not None and "video" not in multimodal.limit_per_prompt:
+            from vllm.config.multimodal import VideoDummyOptions
+
+            multimodal.limit_per_prompt["video"] = VideoDummyOptions(count=0)
+        return original(cls, vllm_config)
+
+    _wrap_cpu_platform_config(check_and_update_config)
 
 
 #: driver and Ray workers: everything; vLLM's own processes: only what runs there (torch.cuda stays untouched).

@@ -91,6 +91,29 @@ def test_cpu_mode_serves_qwen_image_module_without_torchvision(tmp_path, run_pyt
     assert not skipped["ok"] and "torchvision" in skipped["error"]
 
 
+def test_cpu_mode_engines_take_no_videos_without_torchvision(tmp_path, tiny_vl_path, run_python):
+    """An engine configured with an image limit only (as upstream's create_vllm_engines does) gets video limit 0, so
+    that vLLM's profiling does not process a dummy video with the stand-in video processor (no engine starts)."""
+    script = tmp_path / "config.py"
+    script.write_text(textwrap.dedent(f"""
+        import importlib.util, json
+        from openrlhf_ada.cpu_compat import apply_cpu_patches, use_cpu_mode_without_cuda
+        use_cpu_mode_without_cuda()
+        apply_cpu_patches()
+        from vllm.engine.arg_utils import EngineArgs
+        config = EngineArgs(model={tiny_vl_path!r}, dtype="float32", enforce_eager=True, max_model_len=96,
+                            limit_mm_per_prompt={{"image": 1}}, kv_cache_memory_bytes=64 << 20).create_engine_config()
+        multimodal = config.model_config.multimodal_config
+        print("RESULT " + json.dumps({{"image": multimodal.get_limit_per_prompt("image"),
+                                      "video": multimodal.get_limit_per_prompt("video"),
+                                      "torchvision": importlib.util.find_spec("torchvision") is not None}}))
+    """))
+    result = run_python(script)
+    if result["torchvision"]:
+        pytest.skip("torchvision is installed here: the stand-in is inert")
+    assert (result["image"], result["video"]) == (1, 0)
+
+
 # -- the shapes task -----------------------------------------------------------------------------------------------
 def decode(data_uri):
     return Image.open(io.BytesIO(base64.b64decode(data_uri.split(",", 1)[1]))).convert("RGB")
