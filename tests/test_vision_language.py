@@ -273,3 +273,29 @@ def test_batched_log_probs_use_each_samples_own_picture(tiny_vl_path):
             assert torch.allclose(row, own, atol=1e-4), (b, (row - own).abs().max())
         with pytest.raises((ValueError, RuntimeError)):  # 4 image tokens cannot take a 9-token picture: no silent mix-up
             sequence_log_probs(model, swapped)
+
+
+@pytest.mark.parametrize("multimodal", [True, False])
+def test_weight_sync_drops_cached_image_embeddings(multimodal):
+    """After a weight sync the engine resets vLLM's encoder cache too (image embeddings of the old weights), for a
+    vision-language model only."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from openrlhf_ada.trainer.ray.vllm_engine import _GuardedRolloutRayActor
+
+    calls = []
+
+    class FakeLLM:
+        model_config = SimpleNamespace(is_multimodal_model=multimodal)
+
+        async def reset_prefix_cache(self):
+            calls.append("prefix")
+
+        async def reset_encoder_cache(self):
+            calls.append("encoder")
+
+    actor = _GuardedRolloutRayActor.__new__(_GuardedRolloutRayActor)
+    actor.llm = FakeLLM()
+    asyncio.run(actor.reset_prefix_cache())
+    assert calls == (["prefix", "encoder"] if multimodal else ["prefix"])
