@@ -1,4 +1,4 @@
-"""Shared fixtures: offline environment, a tiny Llama checkpoint, a local CPU Ray, and a subprocess runner.
+"""Shared fixtures: offline environment, a tiny Llama and a tiny Qwen2.5-VL checkpoint, a local CPU Ray, and a subprocess runner.
 
 pytest runs with ``--import-mode=importlib`` and there is no ``tests/__init__.py``: the openrlhf wheel installs its own
 top-level ``tests`` package, so helpers live here as fixtures instead of an importable module.
@@ -75,6 +75,15 @@ def tiny_llama_path(tmp_path_factory) -> str:
     from openrlhf_ada.models.tiny_llama import build_tiny_llama
 
     return build_tiny_llama(tmp_path_factory.mktemp("tiny_llama"), seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_vl_path(tmp_path_factory) -> str:
+    """A tiny random Qwen2.5-VL checkpoint (float32, text head_dim 64, the tiny Llama's tokenizer with Qwen's special
+    tokens, a PIL image processor: a 56x56 image is 4 image tokens), built once."""
+    from openrlhf_ada.models.tiny_vl import build_tiny_vl
+
+    return build_tiny_vl(tmp_path_factory.mktemp("tiny_vl"), seed=0)
 
 
 @pytest.fixture(scope="session")

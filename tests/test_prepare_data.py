@@ -318,7 +318,7 @@ def test_hf_missing_column_is_a_clear_error(tmp_path, capsys):
 def test_help_explains_every_flag(capsys):
     parser = build_parser()
     subparsers = parser._subparsers._group_actions[0]
-    assert set(subparsers.choices) == {"kk", "countdown", "hf"}
+    assert set(subparsers.choices) == {"kk", "countdown", "shapes", "hf"}
     for task, sub in subparsers.choices.items():
         for action in sub._actions:
             assert action.help and action.help.strip(), (task, action.option_strings)

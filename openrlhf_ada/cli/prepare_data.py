@@ -1,4 +1,4 @@
-"""``python -m openrlhf_ada.cli.prepare_data {kk,countdown,hf}``: prompt datasets (jsonl) for OpenRLHF's trainer.
+"""``python -m openrlhf_ada.cli.prepare_data {kk,countdown,shapes,hf}``: prompt datasets (jsonl) for OpenRLHF's trainer.
 
 The flags; the datasets, their rows and the checks of the flag values are openrlhf_ada/data/prepare.py.
 """
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Train with --data.prompt_dataset OUT --data.input_key input --data.label_key label "
         "--data.apply_chat_template --reward.remote_url openrlhf_ada/rewards/<kk|countdown|math>.py.",
     )
-    sub = parser.add_subparsers(dest="task", required=True, metavar="{kk,countdown,hf}")
+    sub = parser.add_subparsers(dest="task", required=True, metavar="{kk,countdown,shapes,hf}")
 
     kk = sub.add_parser("kk", parents=[common], help="Knights and Knaves puzzles (reasoning-gym)",
                         description="Knights-and-Knaves puzzles from reasoning-gym, people counts in equal shares "
@@ -67,6 +67,14 @@ def build_parser() -> argparse.ArgumentParser:
     cd.add_argument("--max-target", type=_positive, default=100, help="largest target (default 100)")
     cd.add_argument("--use-all", action="store_true",
                     help="every number must be used exactly once (default: each at most once)")
+
+    sh = sub.add_parser("shapes", parents=[common], help="the colour of a shape in a picture (vision-language)",
+                        description="Generated pictures of one coloured square or circle (red, green, blue or "
+                        "yellow); the answer is the colour, in one word. Images embedded as PNG data URIs; train a "
+                        "vision-language model with --data.image_key images --data.max_images_per_prompt 1. A task "
+                        "a tiny model can learn. Reward: rewards/shapes.py.")
+    sh.add_argument("--size", type=_positive, default=256, help="number of training items (default 256)")
+    sh.add_argument("--image-size", type=_positive, default=56, help="pictures are N x N pixels (default 56)")
 
     hf = sub.add_parser("hf", parents=[common], help="a Hugging Face dataset (math or vision-language math)",
                         description="Rows of a Hugging Face dataset (Hub name or local file/folder) as math prompts "

@@ -97,7 +97,7 @@ def _hub_offline() -> bool:
 
 def validate_local(args) -> None:
     """Checks that need the local file system, before Ray or a model starts (raise ValueError: what, where, fix)."""
-    from openrlhf_ada.data.checks import check_prompt_file
+    from openrlhf_ada.data.checks import check_prompt_file, image_rules
 
     model = args.actor.model_name_or_path
     if not model:
@@ -135,6 +135,10 @@ def validate_local(args) -> None:
     data = args.data.prompt_dataset
     if not data:
         raise ValueError("--data.prompt_dataset is required (a .jsonl file; see python -m openrlhf_ada.cli.prepare_data)")
+    images = image_rules(args)
+    if images.vision and args.local.engine == "hf":
+        raise ValueError(f"--local.engine hf generates text only and {model!r} is a vision-language model: use "
+                         "--local.engine vllm")
     for flag, files in (("--data.prompt_dataset", data), ("--eval.dataset", args.eval.dataset or "")):
         for path in filter(None, files.split(",")):
             if not os.path.exists(path) and (_hub_offline() or path.endswith((".json", ".jsonl", ".parquet"))):
@@ -143,7 +147,7 @@ def validate_local(args) -> None:
             if os.path.isfile(path) and path.endswith((".json", ".jsonl")):
                 try:
                     check_prompt_file(path, args.data.input_key, args.data.label_key,
-                                      chat_template=bool(args.data.apply_chat_template))
+                                      chat_template=bool(args.data.apply_chat_template), images=images)
                 except ValueError as e:
                     raise ValueError(f"{flag}: {e}") from None
     check_output_dir(args)
@@ -240,6 +244,9 @@ def start_engine(args, config: LocalConfig, kv=None):
     from openrlhf_ada.trainer.ray.vllm_engine import GuardedRolloutRayActor
 
     gpu = torch.cuda.is_available()
+    if args.data.max_images_per_prompt > 0:  # as upstream's create_vllm_engines: images per prompt, and the image
+        common.update(limit_mm_per_prompt={"image": args.data.max_images_per_prompt},  # tokens vLLM expands itself
+                      mm_pad_token_ids=image_pad_token_ids(args.actor.model_name_or_path))
     kv = kv or engine_kv_cache(args)
     if kv is not None:
         common["kv_cache_memory_bytes"] = kv.bytes
@@ -248,6 +255,15 @@ def start_engine(args, config: LocalConfig, kv=None):
         model=args.actor.model_name_or_path, dtype="bfloat16" if gpu else "float32", enforce_eager=not gpu,
         num_gpus=1 if gpu else 0, gpu_memory_utilization=config.gpu_memory_utilization,
         max_model_len=config.max_model_len or args.data.max_len, distributed_executor_backend="uni", **common)
+
+
+def image_pad_token_ids(model: str) -> set:
+    """The processor's image and video token ids: the engine collapses each run of them to one placeholder before
+    vLLM expands it again (upstream's RolloutRayActor.generate)."""
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(model, trust_remote_code=True)
+    return {t for t in (getattr(processor, a, None) for a in ("image_token_id", "video_token_id")) if t is not None}
 
 
 def stop_engine(engine) -> None:
@@ -294,7 +310,7 @@ def load_prompts(args, strategy, tokenizer, *, evaluation: bool = False):
         raise DataCheckError(f"{flag} {files!r} holds no rows")
     dataset = PromptDataset(data, tokenizer, strategy, input_template=args.data.input_template)
     budget = args.data.max_len - args.rollout.max_new_tokens
-    skipped = set(too_long_prompts(dataset.prompts, tokenizer, budget))
+    skipped = set(too_long_prompts(dataset.prompts, getattr(tokenizer, "tokenizer", tokenizer), budget))
     if skipped:
         for name in ("prompts", "labels", "images", "datasources"):
             setattr(dataset, name, [x for i, x in enumerate(getattr(dataset, name)) if i not in skipped])
@@ -351,15 +367,20 @@ def run(args) -> dict:
     """Build everything from the parsed flags and train; returns the last step's metrics."""
     import ray
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from openrlhf.utils.utils import get_tokenizer, is_vlm_model
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
 
     from openrlhf_ada.trainer.local_trainer import LocalStrategy, LocalTrainer
 
     config = local_config(args)
     torch.manual_seed(args.train.seed)
-    tokenizer = AutoTokenizer.from_pretrained(args.actor.model_name_or_path)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    vision = is_vlm_model(args.actor.model_name_or_path)
+    if vision:  # upstream's get_tokenizer: the processor (AutoProcessor), with pad and eos mirrored on it
+        tokenizer = get_tokenizer(args.actor.model_name_or_path, None, padding_side="left")
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(args.actor.model_name_or_path)
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
     prompts = load_prompts(args, LocalStrategy(args), tokenizer)
     eval_prompts = None
     if args.eval.dataset:
@@ -377,7 +398,8 @@ def run(args) -> dict:
         ray.init(num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False, log_to_driver=False,
                  runtime_env=with_setup_hook({"env_vars": {"TOKENIZERS_PARALLELISM": "false"}}))
     engine = start_engine(args, config, kv)
-    policy = AutoModelForCausalLM.from_pretrained(args.actor.model_name_or_path, dtype=torch.float32)
+    model_class = AutoModelForImageTextToText if vision else AutoModelForCausalLM  # as upstream's Actor loads it
+    policy = model_class.from_pretrained(args.actor.model_name_or_path, dtype=torch.float32)
     if args.actor.gradient_checkpointing_enable:
         policy.gradient_checkpointing_enable()
     reference = None

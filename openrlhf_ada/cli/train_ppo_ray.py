@@ -33,6 +33,7 @@ from typing import Callable, Optional
 import openrlhf_ada  # noqa: F401  (CPU compatibility before anything imports openrlhf)
 from openrlhf_ada.args import add_project_args, validate
 from openrlhf_ada.cpu import patches as cpu_compat
+from openrlhf_ada.data.checks import check_dataset_images
 
 PROG = "python -m openrlhf_ada.cli.train_ppo_ray"
 WORKER_SETUP_HOOK = "openrlhf_ada.cpu.patches.worker_setup_hook"
@@ -198,6 +199,10 @@ def main(
             if _parse_only:
                 raise _Parsed(final_args)
             if not upstream_only:
+                try:  # images a run cannot use: refused here, naming file and line, not inside an engine later
+                    check_dataset_images(final_args)
+                except ValueError as e:
+                    _fail(prog, str(e))
                 install_trainers()
             if cpu:
                 cpu_compat.prepare_deepspeed_cpu_ops()

@@ -110,6 +110,7 @@ def use_cpu_mode_without_cuda() -> bool:
         return False
     os.environ[CPU_ENV] = "1"
     install()
+    _apply([_patch_vision_without_torchvision])  # this process may load a vision-language processor
     return True
 
 
@@ -409,12 +410,89 @@ def _patch_vllm_single_process_worker() -> None:
 
     _wrap_cpu_platform_config(check_and_update_config)
 
+class _AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports module ``name`` as module ``aliases[name]`` (the same module object under both names)."""
+
+    def __init__(self):
+        self.aliases = {}
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname not in self.aliases:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec):
+        return importlib.import_module(self.aliases[spec.name])
+
+    def exec_module(self, module):
+        pass
+
+
+_alias_finder = _AliasFinder()
+#: transformers' torchvision-backed Qwen2-VL image processor module -> its PIL twin (the same smart_resize)
+_TORCHVISION_MODULE_STAND_INS = {
+    "transformers.models.qwen2_vl.image_processing_qwen2_vl":
+        "transformers.models.qwen2_vl.image_processing_pil_qwen2_vl",
+}
+
+
+def _patch_vision_without_torchvision() -> None:
+    """The CPU stack has no torchvision (the only wheel for its torch is a CUDA build), and two things a
+    vision-language model needs import it:
+    - vllm/model_executor/models/qwen2_vl.py L43 (and so qwen2_5_vl.py) imports ``smart_resize`` from
+      transformers/models/qwen2_vl/image_processing_qwen2_vl.py, whose L25 imports torchvision: that module name
+      is served by its PIL twin, image_processing_pil_qwen2_vl.py, which defines the same ``smart_resize``;
+    - ``AutoProcessor`` loads every sub-processor of Qwen2-VL's processor, the video one too, and
+      transformers/models/auto/video_processing_auto.py L387 refuses it without torchvision: a plain
+      ``BaseVideoProcessor`` (videos cannot be processed with it; images are untouched) stands in for it;
+    - so an engine takes no videos: vllm/config/multimodal.py L500 allows 999 per prompt of a modality the engine's
+      ``limit_mm_per_prompt`` leaves out (upstream's create_vllm_engines names images only), and vLLM's profiling
+      would then process a dummy video; such an engine's video limit becomes 0.
+    Nothing happens where torchvision is installed."""
+    if importlib.util.find_spec("torchvision") is not None:
+        return
+    _alias_finder.aliases.update(_TORCHVISION_MODULE_STAND_INS)
+    if _alias_finder not in sys.meta_path:
+        sys.meta_path.insert(0, _alias_finder)
+
+    def patch(module):
+        import transformers
+        from transformers.video_processing_utils import BaseVideoProcessor
+
+        # the top-level name is transformers' placeholder without torchvision, and ProcessorMixin checks each
+        # sub-processor against it (transformers/processing_utils.py L1006): no instance could pass
+        transformers.BaseVideoProcessor = BaseVideoProcessor
+        original = module.AutoVideoProcessor.from_pretrained.__func__
+
+        def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+            try:
+                return original(cls, pretrained_model_name_or_path, *args, **kwargs)
+            except (ValueError, ImportError) as e:  # "... requires torchvision", or its class's placeholder
+                if "orchvision" not in str(e):
+                    raise
+            return BaseVideoProcessor()
+
+        module.AutoVideoProcessor.from_pretrained = classmethod(from_pretrained)
+
+    _after_import("transformers.models.auto.video_processing_auto", patch)
+
+    def check_and_update_config(original, cls, vllm_config):
+        multimodal = getattr(vllm_config.model_config, "multimodal_config", None)
+        if multimodal is not None and "video" not in multimodal.limit_per_prompt:
+            from vllm.config.multimodal import VideoDummyOptions
+
+            multimodal.limit_per_prompt["video"] = VideoDummyOptions(count=0)
+        return original(cls, vllm_config)
+
+    _wrap_cpu_platform_config(check_and_update_config)
+
+
 #: driver and Ray workers: everything; vLLM's own processes: only what runs there (torch.cuda stays untouched).
 _PROCESS_PATCHES = (_patch_triton_cross_entropy, _patch_cuda_device_calls, _patch_weight_sync_group,
                     _patch_vllm_weight_receive, _patch_vllm_sleep_mode, _patch_vllm_kv_cache_size,
-                    _patch_vllm_single_process_worker)
+                    _patch_vllm_single_process_worker, _patch_vision_without_torchvision)
 _VLLM_PATCHES = (_patch_weight_sync_group, _patch_vllm_weight_receive, _patch_vllm_sleep_mode,
-                 _patch_vllm_kv_cache_size, _patch_vllm_single_process_worker)
+                 _patch_vllm_kv_cache_size, _patch_vllm_single_process_worker, _patch_vision_without_torchvision)
 
 
 def patch_names(vllm_process: bool = False) -> list:
@@ -427,9 +505,13 @@ def apply_cpu_patches(vllm_process: bool = False) -> list:
     if not cpu_mode_active():
         return []
     install()
+    return _apply(_VLLM_PATCHES if vllm_process else _PROCESS_PATCHES)
+
+
+def _apply(patches) -> list:
     skip = {name.strip() for name in os.environ.get(SKIP_ENV, "").split(",") if name.strip()}
     applied = []
-    for patch in _VLLM_PATCHES if vllm_process else _PROCESS_PATCHES:
+    for patch in patches:
         name = patch.__name__[len("_patch_"):]
         if name not in _applied and name not in skip:
             patch()

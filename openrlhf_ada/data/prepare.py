@@ -9,10 +9,11 @@ Every line is one JSON object that OpenRLHF 0.11.2's ``--data.prompt_dataset`` r
     ``--data.apply_chat_template`` (it becomes the user turn; ``<image>`` marks where images go) and without it.
 ``label``
     what the reward file checks against: for ``kk`` and ``countdown`` a JSON object in a string (see
-    ``openrlhf_ada/rewards/kk.py`` and ``countdown.py``), for ``hf`` the reference answer as a plain string.
+    ``openrlhf_ada/rewards/kk.py`` and ``countdown.py``), for ``shapes`` the colour's name, for ``hf`` the reference
+    answer as a plain string.
 ``datasource``
     the task name; upstream reports eval pass rates per datasource.
-``images`` (``hf`` with an image column only)
+``images`` (``shapes``, and ``hf`` with an image column)
     a list of images as ``data:image/png;base64,...`` strings (upstream's ``load_images`` reads them), so the file
     is self-contained.
 
@@ -186,6 +187,36 @@ def generate_kk(
             bar.update(1)
     random.Random(seed).shuffle(records)
     return records
+
+
+#: The shapes task's colours: name -> RGB. Each word is one token of the tiny VL model (openrlhf_ada/models/tiny_vl.py).
+SHAPE_COLOURS = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 70, 220), "yellow": (230, 200, 40)}
+SHAPES_QUESTION = "<image>What colour is the shape? Answer in one word."
+
+
+def shape_image(colour: str, rng: random.Random, size: int = 56):
+    """A ``size`` x ``size`` picture: a light grey background (a random shade) with one filled square or circle of
+    ``colour`` (a random shade of it, place and size), so that no two pictures are alike."""
+    from PIL import Image, ImageDraw
+
+    grey = rng.randint(200, 250)
+    image = Image.new("RGB", (size, size), (grey, grey, grey))
+    side = rng.randint(size // 3, size * 3 // 4)
+    x, y = rng.randint(0, size - side), rng.randint(0, size - side)
+    fill = tuple(max(0, min(255, c + rng.randint(-15, 15))) for c in SHAPE_COLOURS[colour])
+    draw = ImageDraw.Draw(image)
+    (draw.rectangle if rng.random() < 0.5 else draw.ellipse)([x, y, x + side - 1, y + side - 1], fill=fill)
+    return image
+
+
+def generate_shapes(count: int, *, seed: int, size: int = 56) -> list[dict]:
+    """``count`` vision-language records: a picture of one coloured shape (``shape_image``, embedded as a PNG data
+    URI), the question "What colour is the shape?", the colour's name as the label; colours in turn, so each occurs
+    equally often. Reward: rewards/shapes.py."""
+    rng = random.Random(seed)
+    names = list(SHAPE_COLOURS)
+    return [{INPUT_KEY: SHAPES_QUESTION, LABEL_KEY: names[i % len(names)], DATASOURCE_KEY: "shapes",
+             IMAGE_KEY: [image_to_data_uri(shape_image(names[i % len(names)], rng, size))]} for i in range(count)]
 
 
 def generate_countdown(
@@ -499,6 +530,9 @@ def run(args: argparse.Namespace) -> list[tuple[str, int]]:
                                      max_value=args.max_value, min_target=args.min_target,
                                      max_target=args.max_target, use_all=args.use_all, progress=progress)
         hint = _reward_hint("countdown.py")
+    elif args.task == "shapes":
+        records = generate_shapes(total, seed=args.seed, size=args.image_size)
+        hint = _reward_hint("shapes.py") + f" --data.image_key {IMAGE_KEY} --data.max_images_per_prompt 1"
     else:
         dataset = load_hf_dataset(args.name, config=args.config, split=args.split,
                                   connect_timeout=args.connect_timeout)

