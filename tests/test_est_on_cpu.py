@@ -84,3 +84,14 @@ def test_train_local_runs_est_and_resumes_its_estimator(tmp_path, tiny_llama_pat
     resumed = run(out, 2, "--ckpt.load_enable")
     keys = ["step", "ada/alloc_min", "ada/alloc_median", "ada/alloc_max", "ada/alloc_cov_n_r", "ada/samples_generated"]
     assert [{k: r[k] for k in keys} for r in resumed] == [{k: r[k] for k in keys} for r in straight]
+
+
+def test_train_local_runs_est_without_a_prompt_weight(tmp_path, tiny_llama_path, ray_local):
+    """--ada.prompt_weight none (a documented choice) with Est: the groups are trained with the plain ragged baseline,
+    no pass rate is needed and no weight is logged. Step 1 as above: every prompt unseen, 4 samples each."""
+    out = tmp_path / "none"
+    train_local(parse_local_args(argv(tmp_path, tiny_llama_path, out, 1) + ["--ada.prompt_weight", "none"]))
+    (first,) = read_metrics(str(out))
+    assert (first["ada/alloc_min"], first["ada/alloc_max"], first["ada/samples_generated"]) == (4, 4, 24)
+    assert first["zero_adv_group_share"] == pytest.approx(2 / 6)  # '1' and '0' have no signal, the mix ones do
+    assert "ada/prompt_weight" not in first
