@@ -269,7 +269,7 @@ except ModuleNotFoundError as e:
     upstream = e.name
 extension = sys.modules.get("flash_attn_2_cuda")
 print("RESULT " + json.dumps({"upstream": upstream, "placeholder": cpu_compat.is_placeholder_installed(),
-                              "real_extension": getattr(extension, "REAL", False)}))
+                              "real_extension": extension is not None and "REAL" in vars(extension)}))
 """
 
 
