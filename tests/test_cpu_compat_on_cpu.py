@@ -262,8 +262,11 @@ if MACHINE == "cuda":  # what a GPU node looks like to the check
 import openrlhf_ada  # noqa: F401
 from openrlhf_ada import cpu_compat
 
-try:
-    from openrlhf.trainer.ppo_utils.experience_maker import Experience  # noqa: F401
+try:  # on the simulated GPU node only flash-attn: the rest of upstream would try real CUDA calls (bitsandbytes)
+    if MACHINE == "cuda":
+        import flash_attn  # noqa: F401
+    else:
+        from openrlhf.trainer.ppo_utils.experience_maker import Experience  # noqa: F401
     upstream = "imported"
 except ModuleNotFoundError as e:
     upstream = e.name
