@@ -22,7 +22,8 @@ setup(
     packages=find_packages(include=["openrlhf_ada", "openrlhf_ada.*"]),
     python_requires=">=3.10",
     # The CPU stack cannot be expressed as plain requirements (order, --no-deps, a python-only flash-attn):
-    # scripts/setup_env.sh builds it. A GPU cluster installs the `gpu` extra.
+    # scripts/setup_env.sh builds it. A GPU cluster installs the `gpu` extra, after vLLM and a flash-attn built
+    # against its torch without build isolation (flash-attn's setup.py imports torch): scripts/install_gpu.sh.
     install_requires=["torch", "numpy"],
     extras_require={
         "gpu": GPU_PINS,

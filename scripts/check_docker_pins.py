@@ -1,15 +1,24 @@
 #!/usr/bin/env python3
-"""Resolve the pins of dockerfile/Dockerfile with pip, for the image's Python and platform, without building it.
+"""Resolve the pins of dockerfile/Dockerfile with pip, for the image's Python and platform, without building it;
+or those of the install without Docker, scripts/install_gpu.sh.
 
     python scripts/check_docker_pins.py                   # Python 3.12 (NGC 26.xx), manylinux_2_28_x86_64
     python scripts/check_docker_pins.py --report r.json   # also keep pip's installation report
+    python scripts/check_docker_pins.py --install-script scripts/install_gpu.sh   # the same for the script
 
 What it does:
 
 1. Reads the Dockerfile itself: RUN instructions (continuation lines joined, comment lines dropped), split into
    shell commands, and in every `pip install` / `python -m pip install` the arguments that are requirement
-   specifiers. Options (--no-build-isolation, --find-links=..., ...), paths and the editable install of this
-   project (`-e .`) are left out. Both branches of an `if` count.
+   specifiers. Options (--no-build-isolation, --find-links=..., ...) and paths are left out; the editable install
+   of this project (`-e .`, `-e '.[gpu]'`) stands for setup.py's requirements and those of the extras it names
+   (none with --no-deps). Both branches of an `if` count. With --install-script, the lines of that shell script
+   instead of RUN instructions.
+   Then the build order, without the index: flash-attn's sdist has a setup.py that imports torch, so pip's
+   isolated build (which has no torch) cannot build it. The first install that brings it in, by name or through a
+   distribution that requires it (openrlhf), must build it with --no-build-isolation after torch is installed
+   (torch itself, or vLLM, which brings its torch build), or take a wheel (--no-index/--only-binary). A wrong order
+   is a conflict (exit 1).
 2. Runs pip's resolver once on all of them together, the way they add up in the image:
    `pip install --dry-run --ignore-installed --only-binary=:all: --python-version 3.12
    --platform manylinux_2_28_x86_64 (and each older manylinux tag) --report ...`. `--platform` needs
@@ -18,11 +27,11 @@ What it does:
    name and version, with the requirements the sdist's own metadata declares (PKG-INFO, else the egg-info's
    requires.txt). pip then resolves those requirements together with the rest (flash-attn 2.8.3: torch, einops).
 3. Prints the resolved versions of the key packages, checks every resolved package's requirements against the
-   resolved set (the stand-ins' among them) and that every pin of the Dockerfile is what was resolved, and
+   resolved set (the stand-ins' among them) and that every pin read in step 1 is what was resolved, and
    prints pip's conflict, if any.
 
 Exit status: 0 when the pins resolve, 1 on a conflict, 2 when the check could not be made (index unreachable,
-unreadable Dockerfile, pip failing otherwise).
+unreadable Dockerfile or script, pip failing otherwise).
 
 pip runs isolated from this machine's pip configuration: `--isolated`, PIP_CONFIG_FILE=/dev/null and no other
 PIP_* variables, so a global constraint file (one capping torch, say), extra indexes or find-links of the machine
@@ -72,6 +81,7 @@ except ImportError:  # a bare interpreter: pip carries its own copy
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = ROOT / "dockerfile" / "Dockerfile"
+SETUP_PY = ROOT / "setup.py"
 KEY_PACKAGES = ["torch", "vllm", "transformers", "deepspeed", "ray", "openrlhf", "flash-attn"]
 
 # --- the Dockerfile ------------------------------------------------------------------------------------------------
@@ -98,12 +108,25 @@ class PipInstall:
     requirements: list[str] = field(default_factory=list)  # requirement specifiers, as written
     editables: list[str] = field(default_factory=list)  # `-e PATH`
     skipped: list[str] = field(default_factory=list)  # paths, URLs and files pip would read (-r/-c)
+    options: list[str] = field(default_factory=list)  # every option, as written (--no-build-isolation, ...)
+    project: list[str] = field(default_factory=list)  # what `-e .[extras]` of this project requires
+
+    @property
+    def build_isolation(self) -> bool:
+        return "--no-build-isolation" not in self.options
+
+    @property
+    def wheels_only(self) -> bool:
+        """Takes no sdist: --no-index (files given by --find-links) or --only-binary."""
+        return any(o == "--no-index" or o.startswith("--only-binary") for o in self.options)
+
+    def names(self) -> set[str]:
+        return {canonicalize_name(Requirement(r).name) for r in self.requirements + self.project}
 
 
-def dockerfile_instructions(text: str) -> list[tuple[int, str, str]]:
-    """(line, INSTRUCTION, arguments) with continuation lines joined; comment lines (also inside a continued
-    instruction) are dropped, as Docker does."""
-    out: list[tuple[int, str, str]] = []
+def logical_lines(text: str) -> list[tuple[int, str]]:
+    """(first line, text) with continuation lines joined; comment lines (also inside a continued line) dropped."""
+    out: list[tuple[int, str]] = []
     buf, start = "", 0
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
@@ -114,12 +137,19 @@ def dockerfile_instructions(text: str) -> list[tuple[int, str, str]]:
         if line.endswith("\\"):
             buf += line[:-1] + " "
             continue
-        buf += line
-        head, _, rest = buf.strip().partition(" ")
-        out.append((start, head.upper(), rest.strip()))
+        out.append((start, (buf + line).strip()))
         buf = ""
     if buf.strip():
-        head, _, rest = buf.strip().partition(" ")
+        out.append((start, buf.strip()))
+    return out
+
+
+def dockerfile_instructions(text: str) -> list[tuple[int, str, str]]:
+    """(line, INSTRUCTION, arguments) with continuation lines joined; comment lines (also inside a continued
+    instruction) are dropped, as Docker does."""
+    out = []
+    for start, line in logical_lines(text):
+        head, _, rest = line.partition(" ")
         out.append((start, head.upper(), rest.strip()))
     return out
 
@@ -160,14 +190,26 @@ def _looks_like_path(word: str) -> bool:
             or word.endswith((".whl", ".tar.gz", ".zip")))
 
 
-def pip_installs(text: str) -> list[PipInstall]:
+def pip_installs(text: str, setup_py: Path = SETUP_PY) -> list[PipInstall]:
     """Every `pip install` of the Dockerfile's RUN instructions, in order."""
-    found = []
+    runs = []
     for line, instruction, args in dockerfile_instructions(text):
         if instruction != "RUN":
             continue
         if args.startswith("["):  # exec form
             args = " ".join(shlex.quote(a) for a in json.loads(args))
+        runs.append((line, args))
+    return _installs(runs, setup_py)
+
+
+def script_pip_installs(text: str, setup_py: Path = SETUP_PY) -> list[PipInstall]:
+    """Every `pip install` of a shell script (run from the repository root), in order."""
+    return _installs(logical_lines(text), setup_py)
+
+
+def _installs(lines: list[tuple[int, str]], setup_py: Path) -> list[PipInstall]:
+    found = []
+    for line, args in lines:
         for words in shell_commands(args):
             rest = _pip_install_args(words)
             if rest is None:
@@ -180,6 +222,7 @@ def pip_installs(text: str) -> list[PipInstall]:
                     value = word.split("=", 1)[1] if "=" in word else None
                     if option in _OPTIONS_WITH_VALUE and value is None:
                         value = next(it, None)
+                    install.options.append(word if value is None or "=" in word else f"{word} {value}")
                     if option in ("-e", "--editable"):
                         install.editables.append(value or "")
                     elif option in ("-r", "--requirement", "-c", "--constraint"):
@@ -194,15 +237,99 @@ def pip_installs(text: str) -> list[PipInstall]:
                     install.skipped.append(word)
                     continue
                 install.requirements.append(word)
+            for editable in install.editables:
+                install.project += project_requirements(editable, setup_py, deps="--no-deps" not in install.options)
             found.append(install)
     return found
 
 
+def setup_requirements(setup_py: Path = SETUP_PY) -> tuple[list[str], dict[str, list[str]]]:
+    """setup.py's install_requires and extras_require, read without running it (list constants and module-level
+    lists of strings, such as GPU_PINS)."""
+    import ast
+
+    tree = ast.parse(setup_py.read_text())
+    names = {t.id: node.value for node in tree.body if isinstance(node, ast.Assign)
+             for t in node.targets if isinstance(t, ast.Name)}
+
+    def strings(node) -> list[str]:
+        node = names.get(node.id, node) if isinstance(node, ast.Name) else node
+        return [str(v) for v in ast.literal_eval(node)]
+
+    call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "setup")
+    keywords = {kw.arg: kw.value for kw in call.keywords}
+    requires = strings(keywords["install_requires"]) if "install_requires" in keywords else []
+    extras = {}
+    if "extras_require" in keywords:
+        node = keywords["extras_require"]
+        extras = {ast.literal_eval(k): strings(v) for k, v in zip(node.keys, node.values)}
+    return requires, extras
+
+
+def project_requirements(editable: str, setup_py: Path = SETUP_PY, deps: bool = True) -> list[str]:
+    """What `pip install -e .[extras]` of this project asks for: setup.py's requirements and its extras' (nothing
+    with --no-deps, or for another path)."""
+    path, _, extras = editable.partition("[")
+    if path.rstrip("/") != "." or not deps:
+        return []
+    requires, table = setup_requirements(setup_py)
+    for extra in filter(None, (e.strip() for e in extras.rstrip("]").split(","))):
+        if extra not in table:
+            raise ValueError(f"-e {editable}: setup.py has no extra {extra!r}")
+        requires = requires + table[extra]
+    return requires
+
+
+# --- the build order ----------------------------------------------------------------------------------------------
+
+#: sdists whose setup.py imports torch (and which declare no build requirements): pip's isolated build has no torch
+BUILD_NEEDS_TORCH = {"flash-attn"}
+#: installs that bring torch into the environment (vLLM requires its own torch build)
+BRINGS_TORCH = {"torch", "vllm"}
+#: distributions that require one of BUILD_NEEDS_TORCH (openrlhf 0.11.2: flash-attn==2.8.3)
+PULLS_IN = {"openrlhf": {"flash-attn"}}
+
+
+def build_order_problems(installs: list[PipInstall]) -> list[str]:
+    """The installs, in order, against the rule of step 1 (module docstring): each distribution of
+    BUILD_NEEDS_TORCH is installed, before anything else pulls it in, from a wheel or by a build without isolation
+    after torch is in."""
+    problems, torch_in, installed = [], False, set()
+    wheel_line: dict[str, int] = {}  # installed from a wheel by the install on that line (an `if` branch, maybe)
+    for install in installs:
+        installed |= {name for name, line in wheel_line.items() if line != install.line}
+        names = install.names()
+        direct = names & BUILD_NEEDS_TORCH
+        pulled = {need: sorted(n for n in names if need in PULLS_IN.get(n, ())) for need in BUILD_NEEDS_TORCH}
+        for name in sorted(BUILD_NEEDS_TORCH - installed):
+            if install.wheels_only:
+                if name in direct:  # a wheel needs no build; another branch of the same line may, and is checked
+                    wheel_line.setdefault(name, install.line)
+                continue
+            if name not in direct:
+                if pulled[name]:
+                    problems.append(f"line {install.line}: {', '.join(pulled[name])} requires {name}, which pip "
+                                    f"would build in an isolated environment without torch: install {name} "
+                                    "before, with --no-build-isolation after torch")
+                    installed.add(name)
+                continue
+            if install.build_isolation:
+                problems.append(f"line {install.line}: {name} is built in pip's isolated environment, which has no "
+                                "torch (its setup.py imports torch): install it on its own with --no-build-isolation, "
+                                "after torch")
+            elif not torch_in:
+                problems.append(f"line {install.line}: {name} is built without isolation before torch is installed: "
+                                "install torch (or vLLM, which brings it) first")
+            installed.add(name)
+        torch_in = torch_in or bool(names & BRINGS_TORCH)
+    return problems
+
+
 def all_requirements(installs: list[PipInstall]) -> list[str]:
-    """The requirements of every install, in order, each once."""
+    """The requirements of every install (the project's among them), in order, each once."""
     seen, out = set(), []
     for install in installs:
-        for req in install.requirements:
+        for req in install.requirements + install.project:
             key = str(Requirement(req))
             if key not in seen:
                 seen.add(key)
@@ -458,6 +585,8 @@ def check_requirements(install: list[dict], markers: dict[str, str]) -> list[str
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dockerfile", type=Path, default=DOCKERFILE)
+    parser.add_argument("--install-script", type=Path, default=None,
+                        help="check this shell script's pip installs (scripts/install_gpu.sh) instead of the Dockerfile")
     parser.add_argument("--python-version", default="3.12", help="the image's Python (NGC 26.xx: 3.12)")
     parser.add_argument("--platform", default="manylinux_2_28_x86_64")
     parser.add_argument("--index-url", default=None, help="the package index (default: pip's own default index)")
@@ -470,19 +599,28 @@ def main(argv: list[str] | None = None) -> int:
                         help="do not use pip's fast-deps feature (read wheel metadata without downloading)")
     args = parser.parse_args(argv)
 
+    source = args.install_script or args.dockerfile
     try:
-        installs = pip_installs(args.dockerfile.read_text())
-    except (OSError, ValueError, IndexError) as exc:
-        print(f"cannot read {args.dockerfile}: {exc}", file=sys.stderr)
+        read = script_pip_installs if args.install_script else pip_installs
+        installs = read(source.read_text())
+    except (OSError, ValueError, IndexError, StopIteration, SyntaxError) as exc:
+        print(f"cannot read {source}: {exc}", file=sys.stderr)
         return 2
     requirements = all_requirements(installs)
     if not requirements:
-        print(f"{args.dockerfile}: no pip install with requirements found", file=sys.stderr)
+        print(f"{source}: no pip install with requirements found", file=sys.stderr)
         return 2
-    print(f"{args.dockerfile}: {len(installs)} pip installs")
+    print(f"{source}: {len(installs)} pip installs")
     for install in installs:
-        extra = "".join(f" [-e {e}]" for e in install.editables) + "".join(f" [skipped {s}]" for s in install.skipped)
+        extra = "".join(f" [-e {e}: {' '.join(install.project) or '-'}]" for e in install.editables)
+        extra += "".join(f" [skipped {s}]" for s in install.skipped)
         print(f"  line {install.line}: {' '.join(install.requirements) or '-'}{extra}")
+    order = build_order_problems(installs)
+    if order:
+        print("\nCONFLICT: the build order:")
+        print("\n".join("  " + p for p in order))
+        return 1
+    print(f"build order: {', '.join(sorted(BUILD_NEEDS_TORCH))} built without isolation after torch, or from a wheel")
 
     version = subprocess.run([args.python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
                              capture_output=True, text=True).stdout.strip()
@@ -528,7 +666,7 @@ def main(argv: list[str] | None = None) -> int:
                     break
                 missing = _NOT_FOUND.findall(proc.stderr)
                 if "conflicting dependencies" in proc.stderr or "ResolutionImpossible" in proc.stderr:
-                    print("\nCONFLICT: pip cannot install the Dockerfile's pins together:")
+                    print(f"\nCONFLICT: pip cannot install the pins of {source} together:")
                     print("\n".join("  " + line for line in conflict_lines(proc)))
                     return 1
                 if not missing:
@@ -563,7 +701,7 @@ def main(argv: list[str] | None = None) -> int:
         req = Requirement(text)
         got = resolved.get(canonicalize_name(req.name))
         if got is None or not req.specifier.contains(got, prereleases=True):
-            problems.append(f"the Dockerfile pins {req}, resolved {got}")
+            problems.append(f"{source} pins {req}, resolved {got}")
     for _name, stand_in in sorted(stand_ins.items()):
         wants = stand_in.base_requirements()
         got = ", ".join(f"{Requirement(r).name} {resolved.get(canonicalize_name(Requirement(r).name))}" for r in wants)

@@ -248,6 +248,50 @@ def test_an_extension_that_cannot_load_fails_as_itself(tmp_path):
 
 
 def test_without_the_cpu_mode_importing_the_package_changes_nothing(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != cpu_compat.CPU_ENV}
+    env = {**os.environ, cpu_compat.CPU_ENV: "0"}  # unset means on in this venv (the CPU stack's), see below
     result = _run(tmp_path, "no_cpu_mode.py", NO_CPU_MODE_SCRIPT, env)
     assert result == {"torch_imported": False, "flash_attn_2_cuda": False}
+
+
+STACK_DEFAULT_SCRIPT = """
+import json, sys
+
+if MACHINE == "cuda":  # what a GPU node looks like to the check
+    import torch
+    torch.cuda.is_available = lambda: True
+import openrlhf_ada  # noqa: F401
+from openrlhf_ada.cpu import patches as cpu_compat
+
+try:  # on the simulated GPU node only flash-attn: the rest of upstream would try real CUDA calls (bitsandbytes)
+    if MACHINE == "cuda":
+        import flash_attn  # noqa: F401
+    else:
+        from openrlhf.trainer.ppo_utils.experience_maker import Experience  # noqa: F401
+    upstream = "imported"
+except ModuleNotFoundError as e:
+    upstream = e.name
+extension = sys.modules.get("flash_attn_2_cuda")
+print("RESULT " + json.dumps({"upstream": upstream, "placeholder": cpu_compat.is_placeholder_installed(),
+                              "real_extension": extension is not None and "REAL" in vars(extension)}))
+"""
+
+
+@pytest.mark.slow  # three fresh interpreters that import openrlhf
+def test_the_cpu_stack_environment_runs_in_the_cpu_mode_without_the_variable(tmp_path):
+    """This venv is the CPU stack (scripts/setup_env.sh stamped it): with OPENRLHF_ADA_CPU unset, `import openrlhf_ada`
+    makes upstream's modules importable. It never shadows an extension on disk, and where torch sees CUDA it does
+    nothing: upstream fails as it does without the package."""
+    assert cpu_compat.in_cpu_stack_environment(), "the tests run in the venv scripts/setup_env.sh builds"
+    env = {k: v for k, v in os.environ.items() if k != cpu_compat.CPU_ENV}
+    plain = _run(tmp_path, "stack_cpu.py", "MACHINE = 'cpu'\n" + STACK_DEFAULT_SCRIPT, env)
+    assert plain == {"upstream": "imported", "placeholder": True, "real_extension": False}
+
+    folder = tmp_path / "real"
+    folder.mkdir()
+    (folder / f"{cpu_compat.EXT_NAME}.py").write_text("REAL = True\n")
+    with_real = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(folder), env.get("PYTHONPATH")]))}
+    real = _run(tmp_path, "stack_real.py", "MACHINE = 'cpu'\n" + STACK_DEFAULT_SCRIPT, with_real)
+    assert real == {"upstream": "imported", "placeholder": False, "real_extension": True}
+
+    gpu = _run(tmp_path, "stack_cuda.py", "MACHINE = 'cuda'\n" + STACK_DEFAULT_SCRIPT, env)
+    assert gpu == {"upstream": cpu_compat.EXT_NAME, "placeholder": False, "real_extension": False}

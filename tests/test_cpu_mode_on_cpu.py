@@ -67,7 +67,7 @@ def probe(tmp_path, run_python):
 
 @pytest.mark.slow  # five fresh interpreters that import openrlhf: about 30-50 s
 def test_the_patches_apply_only_when_asked_for_on_a_machine_without_cuda(probe):
-    off = probe(None)
+    off = probe("0")  # unset would mean on in this venv (the CPU stack's, see test_cpu_compat_on_cpu.py)
     assert off["applied"] == [] and not off["gloo_group"] and not off["cpu_receive"]
     on = probe("1")
     assert set(on["applied"]) == set(cpu_compat.patch_names()) and on["gloo_group"] and on["cpu_receive"]
@@ -109,7 +109,7 @@ def test_the_gloo_weight_sync_group_really_sends_the_tensor():
      {"vllm.enforce_eager": True, "ds.packing_samples": False, "ds.attn_implementation": "eager"}),
 ])
 def test_flags_that_cannot_run_on_cpu_are_switched_with_a_line_each(flags, switched, monkeypatch):
-    monkeypatch.delenv(cpu_compat.CPU_ENV)  # the flags as upstream parses them; then the CPU mode's switches
+    monkeypatch.setenv(cpu_compat.CPU_ENV, "0")  # the flags as upstream parses them; then the CPU mode's switches
     args = parse_args(BASE + flags)
     notes = cpu_compat.adjust_args_for_cpu(args)
     for flag, value in switched.items():
@@ -122,7 +122,7 @@ def test_flags_that_cannot_run_on_cpu_are_switched_with_a_line_each(flags, switc
     (["--ds.ring_attn_size", "2", "--vllm.num_engines", "1"], ["--ds.ring_attn_size", "flash-attn"]),
 ])
 def test_flags_without_a_cpu_equivalent_are_refused_by_name(flags, words, monkeypatch):
-    monkeypatch.delenv(cpu_compat.CPU_ENV)  # the flags as upstream parses them; then the CPU mode's check
+    monkeypatch.setenv(cpu_compat.CPU_ENV, "0")  # the flags as upstream parses them; then the CPU mode's check
     args = parse_args(BASE + flags)
     with pytest.raises(ValueError) as e:
         cpu_compat.adjust_args_for_cpu(args)

@@ -119,3 +119,14 @@ def test_train_local_runs_the_authors_est_with_adora_over_three_epochs(tmp_path,
         assert row["adora/no_pos_share"] == pytest.approx(1 / 6)
         assert 0.1 - 1e-6 <= row["adora/weight_mean"] <= 1.0 + 1e-6 and row["adora/attenuated_share"] >= 1 / 6 - 1e-6
         assert row["prompts"] == 6 and row.get("ada/prompt_weight", 1.0) == 1.0  # the authors': no explicit weight
+
+
+def test_train_local_runs_est_without_a_prompt_weight(tmp_path, tiny_llama_path, ray_local):
+    """--ada.prompt_weight none (a documented choice) with Est: the groups are trained with the plain ragged baseline,
+    no pass rate is needed and no weight is logged. Step 1 as above: every prompt unseen, 4 samples each."""
+    out = tmp_path / "none"
+    train_local(parse_local_args(argv(tmp_path, tiny_llama_path, out, 1) + ["--ada.prompt_weight", "none"]))
+    (first,) = read_metrics(str(out))
+    assert (first["ada/alloc_min"], first["ada/alloc_max"], first["ada/samples_generated"]) == (4, 4, 24)
+    assert first["zero_adv_group_share"] == pytest.approx(2 / 6)  # '1' and '0' have no signal, the mix ones do
+    assert "ada/prompt_weight" not in first

@@ -200,6 +200,43 @@ def test_eval_flags_accepted(tmp_path, base):
     assert args.eval.dataset == evaluation and args.local.max_steps == 0
 
 
+@pytest.mark.parametrize("flags,message", [
+    (["--actor.lr_scheduler", "reduce_lr_on_plateau"], "--actor.lr_scheduler 'reduce_lr_on_plateau'"),
+    (["--actor.lr_scheduler", "cosine_schedule"], "--actor.lr_scheduler 'cosine_schedule'"),
+    (["--actor.lr_warmup_ratio", "1.5"], "--actor.lr_warmup_ratio=1.5"),
+    (["--actor.min_lr_ratio", "-0.1"], "--actor.min_lr_ratio=-0.1"),
+])
+def test_lr_schedule_flags_refused_before_start(base, capsys, flags, message):
+    with pytest.raises(SystemExit):
+        parse_local_args(base + flags)
+    assert message in capsys.readouterr().err
+
+
+def test_every_lr_schedule_train_local_accepts_builds_and_the_others_cannot():
+    """train_local's list of --actor.lr_scheduler values against transformers itself: each builds and steps the way
+    the trainer uses it (openrlhf_ada.trainer.local_trainer.lr_scheduler); the refused ones fail there."""
+    from types import SimpleNamespace
+
+    import torch
+    from transformers import SchedulerType
+
+    from openrlhf_ada.cli.train_local import LR_SCHEDULERS
+    from openrlhf_ada.trainer.local_trainer import lr_scheduler
+
+    for name in [t.value for t in SchedulerType]:
+        optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+        args = SimpleNamespace(actor=SimpleNamespace(lr_scheduler=name, lr_warmup_ratio=0.25, min_lr_ratio=0.1))
+        try:
+            scheduler = lr_scheduler(args, optimizer, 8)
+            for _ in range(8):
+                optimizer.step()
+                scheduler.step()
+            works = True
+        except TypeError:
+            works = False
+        assert works == (name in LR_SCHEDULERS), name
+
+
 # -- a real run ----------------------------------------------------------------------------------------------------
 REWARD = textwrap.dedent('''
     import torch

@@ -115,7 +115,7 @@ def test_train_builds_the_project_trainer(monkeypatch, async_enable, expected):
 
     from openrlhf_ada.cpu.patches import CPU_ENV
 
-    monkeypatch.delenv(CPU_ENV)
+    monkeypatch.setenv(CPU_ENV, "0")  # this venv asks for the CPU mode unless told not to
 
     monkeypatch.setattr(sync_module, "PPOTrainer", sync_module.PPOTrainer)  # restored after the test
     monkeypatch.setattr(async_module, "PPOTrainerAsync", async_module.PPOTrainerAsync)

@@ -1,11 +1,13 @@
 """Recovery on the real single-machine trainer (local Ray, the transformers engine, a tiny llama): a failed step
-never damages the last good checkpoint and resume reproduces the uninterrupted run; an earlier run is replaced only
+never damages the last good checkpoint and resume reproduces the uninterrupted run, its learning-rate schedule
+included; an earlier run is replaced only
 when asked; the reward file's extra_logs reach the metrics and a wrong signal is reported; data errors print one
 line."""
 
 import contextlib
 import io
 import json
+import math
 import textwrap
 
 import pytest
@@ -36,7 +38,10 @@ REWARD = textwrap.dedent('''
         return {{"rewards": t, "scores": t, "extra_logs": {{"digit_found": t.clone()}}}}
 ''')
 KEYS = ["reward_mean", "generated_tokens", "generated_tokens_total", "policy_loss", "response_length_mean",
-        "reward_file/digit_found"]
+        "reward_file/digit_found", "actor_lr"]
+# upstream's schedule over the 6-step runs below (one optimizer step per step: 16 samples, one window)
+SCHEDULE = ["--actor.lr_scheduler", "cosine_with_min_lr", "--actor.lr_warmup_ratio", "0.3",
+            "--actor.min_lr_ratio", "0.2"]
 
 
 @pytest.fixture(scope="module")
@@ -82,11 +87,23 @@ def straight(task, tiny_llama_path, ray_local):
     out = task / "straight"
     log = io.StringIO()
     with contextlib.redirect_stdout(log):
-        run(parse_local_args(argv(task, tiny_llama_path, out, 6, "--ckpt.save_steps", "-1", "--ckpt.load_enable")))
+        run(parse_local_args(argv(task, tiny_llama_path, out, 6, "--ckpt.save_steps", "-1", "--ckpt.load_enable",
+                                  *SCHEDULE)))
     assert "--ckpt.load_enable: no checkpoint found" in log.getvalue() and "starting fresh" in log.getvalue()
     rows = read_metrics(str(out))
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
     return rows
+
+
+def test_the_learning_rate_follows_the_schedule(straight):
+    """cosine_with_min_lr over T = 6 optimizer steps, W = ceil(0.3 x 6) = 2 of them warming up: after k steps the
+    rate is lr x k / W while k < W, then lr x (0.2 + 0.8 x (1 + cos(pi x (k - W) / (T - W))) / 2); step s logs it
+    after its k = s optimizer steps, as upstream logs actor_lr: 5e-3, 1e-2, 8.828e-3, 6e-3, 3.172e-3, 2e-3."""
+    lr, total, warm = 1e-2, 6, 2
+    expected = [lr * k / warm if k < warm else
+                lr * (0.2 + 0.8 * (1 + math.cos(math.pi * (k - warm) / (total - warm))) / 2) for k in range(1, 7)]
+    assert expected[2] == pytest.approx(8.828e-3, abs=1e-6)
+    assert [r["actor_lr"] for r in straight] == pytest.approx(expected, rel=1e-9)
 
 
 def test_a_reward_failing_at_step_5_keeps_step_4_and_resume_reproduces_the_run(task, tiny_llama_path, ray_local,
@@ -94,7 +111,7 @@ def test_a_reward_failing_at_step_5_keeps_step_4_and_resume_reproduces_the_run(t
     out = task / "broken"
     reward_file(task, break_after=4 * 16)  # steps 1-4 score normally, the first call of step 5 raises
     with pytest.raises(RuntimeError):
-        run(parse_local_args(argv(task, tiny_llama_path, out, 6, "--ckpt.save_steps", "3")))
+        run(parse_local_args(argv(task, tiny_llama_path, out, 6, "--ckpt.save_steps", "3", *SCHEDULE)))
     err = capsys.readouterr().err
     assert "checkpoint of the last completed step 4 written" in err
     state = state_of(out)
@@ -103,7 +120,8 @@ def test_a_reward_failing_at_step_5_keeps_step_4_and_resume_reproduces_the_run(t
     assert [r["step"] for r in read_metrics(str(out))] == [1, 2, 3, 4]
 
     reward_file(task)  # fixed
-    run(parse_local_args(argv(task, tiny_llama_path, out, 6, "--ckpt.save_steps", "3", "--ckpt.load_enable")))
+    run(parse_local_args(argv(task, tiny_llama_path, out, 6, "--ckpt.save_steps", "3", "--ckpt.load_enable",
+                              *SCHEDULE)))
     resumed = read_metrics(str(out))
     assert [r["step"] for r in resumed] == [1, 2, 3, 4, 5, 6]
     same_rows(straight, resumed, range(1, 7))
@@ -124,7 +142,7 @@ def test_a_step_that_fails_mid_update_leaves_the_last_checkpoint_as_it_was(task,
 
     monkeypatch.setattr(LocalTrainer, "update", update_then_second_signal)
     with pytest.raises(KeyboardInterrupt):
-        run(parse_local_args(argv(task, tiny_llama_path, out, 6, "--ckpt.save_steps", "3")))
+        run(parse_local_args(argv(task, tiny_llama_path, out, 6, "--ckpt.save_steps", "3", *SCHEDULE)))
     err = capsys.readouterr().err
     assert "step 5 failed after it had started to change the model; the checkpoint of step 3" in err
     assert "is kept as it was" in err
@@ -133,7 +151,8 @@ def test_a_step_that_fails_mid_update_leaves_the_last_checkpoint_as_it_was(task,
     assert [r["step"] for r in read_metrics(str(out))] == [1, 2, 3, 4]  # step 4 completed but was not saved
 
     monkeypatch.setattr(LocalTrainer, "update", real_update)
-    run(parse_local_args(argv(task, tiny_llama_path, out, 6, "--ckpt.save_steps", "3", "--ckpt.load_enable")))
+    run(parse_local_args(argv(task, tiny_llama_path, out, 6, "--ckpt.save_steps", "3", "--ckpt.load_enable",
+                              *SCHEDULE)))
     lines = (out / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [1, 2, 3, 4, 5, 6]  # step 4's first row was dropped
     same_rows(straight, read_metrics(str(out)), range(1, 7))
@@ -167,6 +186,7 @@ def test_a_wrong_signal_is_reported_and_extra_logs_reach_the_metrics(task, tiny_
         assert row["reward_file/demo_reason"] == 8.0 and row["reward_file/demo_answer_found"] == 1.0
         assert row["signal/bad_label_share"] == 1.0
     assert [r["signal/constant_reward_steps"] for r in rows] == [1, 2, 3]
+    assert [r["actor_lr"] for r in rows] == [1e-2] * 3  # train_local's default: a constant rate
 
 
 def test_data_errors_found_after_parsing_print_one_line(task, tiny_llama_path, capsys):

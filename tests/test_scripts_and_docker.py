@@ -548,6 +548,62 @@ def test_check_docker_pins_reads_the_dockerfile():
     assert source.skipped == ["-c c.txt", "./local.whl"]
 
 
+INSTALL_GPU = ROOT / "scripts" / "install_gpu.sh"
+
+
+def test_check_docker_pins_reads_the_install_script_and_setup_extras():
+    """scripts/install_gpu.sh (the GPU stack without Docker) as the checker reads it: vLLM, flash-attn's build tools,
+    flash-attn without build isolation, then `-e '.[gpu]'`, which stands for setup.py's requirements and GPU_PINS."""
+    check = _load_check_docker_pins()
+    installs = check.script_pip_installs(INSTALL_GPU.read_text())
+    assert [i.names() for i in installs[:3]] == [{"vllm"}, {"setuptools", "wheel", "packaging", "psutil", "ninja"},
+                                                 {"flash-attn"}]
+    assert installs[2].options == ["--no-build-isolation"] and installs[3].editables == [".[gpu]"]
+    assert installs[3].project == ["torch", "numpy"] + gpu_pins_from_setup()
+    assert set(gpu_pins_from_setup()) <= set(check.all_requirements(installs))
+    pins = [r for i in installs for r in i.requirements if "==" in r]
+    assert pins and pin_mismatches(gpu_pins_from_setup(), pins + gpu_pins_from_setup()) == []  # same versions
+    assert check.project_requirements(".", deps=True) == ["torch", "numpy"]
+    assert check.project_requirements(".[gpu]", deps=False) == []  # --no-deps, as the Dockerfile installs it
+
+
+def test_install_order_builds_flash_attn_after_torch_without_isolation():
+    """pip builds flash-attn's sdist (a setup.py that imports torch) in an isolated environment without torch: the
+    one-step `pip install -e '.[gpu]'` fails in a fresh environment. The checker's order rule catches it, and
+    anything that builds flash-attn before torch; the Dockerfile and scripts/install_gpu.sh pass."""
+    check = _load_check_docker_pins()
+    assert check.build_order_problems(check.pip_installs(DOCKERFILE.read_text())) == []
+    assert check.build_order_problems(check.script_pip_installs(INSTALL_GPU.read_text())) == []
+
+    def problems(script):
+        return check.build_order_problems(check.script_pip_installs(script))
+
+    one_step = problems("pip install -e '.[gpu]'\n")
+    assert len(one_step) == 1 and "flash-attn" in one_step[0] and "--no-build-isolation" in one_step[0]
+    pulled = problems("pip install vllm==0.29.0\npip install 'openrlhf[vllm]==0.11.2'\n")  # openrlhf requires it
+    assert len(pulled) == 1 and "openrlhf requires flash-attn" in pulled[0]
+    early = problems("pip install --no-build-isolation flash-attn==2.8.3\npip install vllm==0.29.0\n")
+    assert len(early) == 1 and "before torch" in early[0]
+    assert problems("pip install torch\npip install --no-build-isolation flash-attn==2.8.3\npip install -e .[gpu]\n") == []
+    assert problems("pip install --no-index --find-links=w flash-attn==2.8.3\npip install -e '.[gpu]'\n") == []
+    # a wheel in one branch of an `if` does not excuse an isolated build in the other
+    branches = problems("if [ -n \"$W\" ]; then pip install --no-index --find-links=w flash-attn==2.8.3; "
+                        "else pip install flash-attn==2.8.3; fi\n")
+    assert len(branches) == 1 and "isolated" in branches[0]
+
+
+def test_the_gpu_install_without_docker_is_the_script():
+    """README and docs/cluster.md give scripts/install_gpu.sh for the install without Docker, never the one-step
+    `pip install -e '.[gpu]'` that fails in a fresh environment."""
+    text = INSTALL_GPU.read_text()
+    assert os.access(INSTALL_GPU, os.X_OK) and "set -euo pipefail" in text
+    subprocess.run(["bash", "-n", str(INSTALL_GPU)], check=True)
+    for doc in (ROOT / "README.md", ROOT / "docs" / "cluster.md"):
+        body = doc.read_text()
+        assert "scripts/install_gpu.sh" in body, doc
+        assert "Without Docker: `pip install -e '.[gpu]'`" not in body, doc
+
+
 # --- docker_run.sh against a stub docker --------------------------------------------------------------------------
 
 

@@ -47,6 +47,9 @@ LOCAL_DEFAULTS = {
     "data.max_len": 512,
     "algo.kl.init_coef": 0.0,
     "actor.adam.lr": 1e-6,
+    # a constant rate, as train_local has always trained (its runs are tens of steps; upstream's warmup would spend
+    # the first ones at a rate near 0): --actor.lr_scheduler cosine_with_min_lr gives upstream's schedule
+    "actor.lr_scheduler": "constant",
     "ckpt.save_steps": 10,
     "ckpt.path": None,
 }
@@ -132,6 +135,7 @@ def validate_local(args) -> None:
     if args.local.eval_tokens and not args.eval.dataset:
         raise ValueError("--local.eval_tokens without --eval.dataset: name the held-out prompts to evaluate")
     validate_eval(args)
+    validate_lr_schedule(args)
     data = args.data.prompt_dataset
     if not data:
         raise ValueError("--data.prompt_dataset is required (a .jsonl file; see python -m openrlhf_ada.cli.prepare_data)")
@@ -165,6 +169,25 @@ def engine_kv_cache(args):
 
     return plan_kv_cache(args, model, "float32", args.local.max_model_len or args.data.max_len,
                          override_gib=args.local.kv_cache_gb)
+
+
+#: --actor.lr_scheduler values train_local builds (transformers' get_scheduler, as upstream calls it); the others
+#: need what upstream does not pass: a metric each step (reduce_lr_on_plateau, greedy), or decay steps
+#: (warmup_stable_decay)
+LR_SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine", "cosine_with_restarts", "polynomial",
+                 "inverse_sqrt", "cosine_with_min_lr", "cosine_warmup_with_min_lr")
+
+
+def validate_lr_schedule(args) -> None:
+    """upstream's --actor.lr_scheduler / --actor.lr_warmup_ratio / --actor.min_lr_ratio as train_local uses them
+    (openrlhf_ada.trainer.local_trainer.lr_scheduler)."""
+    actor = args.actor
+    if actor.lr_scheduler not in LR_SCHEDULERS:
+        raise ValueError(f"--actor.lr_scheduler {actor.lr_scheduler!r}: train_local builds {', '.join(LR_SCHEDULERS)} "
+                         "(transformers' schedules that need no metric per step and no extra steps count)")
+    for flag, value in (("lr_warmup_ratio", actor.lr_warmup_ratio), ("min_lr_ratio", actor.min_lr_ratio)):
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"--actor.{flag}={value}: a fraction in [0, 1]")
 
 
 def validate_eval(args) -> None:

@@ -148,7 +148,8 @@ def main(
 
     cpu = cpu_compat.cpu_mode_active()
     if cpu_compat.cpu_mode_requested() and not cpu:
-        print(f"[openrlhf_ada] {cpu_compat.CPU_ENV}=1 ignored: this machine has CUDA", file=sys.stderr)
+        why = f"{cpu_compat.CPU_ENV}=1" if os.environ.get(cpu_compat.CPU_ENV) else "the CPU stack's environment"
+        print(f"[openrlhf_ada] the CPU mode ({why}) ignored: this machine has CUDA", file=sys.stderr)
     if cpu and not _parse_only:
         cpu_compat.apply_cpu_patches()
     if not cpu and importlib.util.find_spec(cpu_compat.EXT_NAME) is None:

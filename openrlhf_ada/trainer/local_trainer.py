@@ -5,11 +5,13 @@ One step, read top to bottom in `LocalTrainer.step`:
    (OpenRLHF's RolloutRayActor on vLLM, or the transformers-backed HFRolloutActor) in a local Ray;
 2. score the samples under the current policy (and the frozen reference when KL is on), as upstream's
    make_experience does, then `AdoraPoolExperienceMaker.compute_advantages_and_returns` (estimators, ADORA, pool baseline);
-3. update: upstream's `PolicyLoss` (clipping, token-mean), AdamW, gradient clipping, optional KL loss;
+3. update: upstream's `PolicyLoss` (clipping, token-mean), AdamW, gradient clipping, optional KL loss, and the
+   learning-rate schedule (`lr_scheduler`: upstream's `--actor.lr_scheduler` / `--actor.lr_warmup_ratio` /
+   `--actor.min_lr_ratio`, over the run's optimizer steps), its rate logged as `actor_lr`;
 4. the engine loads the new weights (a safetensors file), metrics go to JSONL / tensorboard / wandb (with the reward
    file's own extra_logs as `reward_file/*` and the signal checks of openrlhf_ada.trainer.signal_watch, whose
-   warnings go to stderr), and a checkpoint is written every `--ckpt.save_steps` steps and at the end. Resuming restores weights, optimizer, data position
-   and sampler state, so the same seed gives the same samples.
+   warnings go to stderr), and a checkpoint is written every `--ckpt.save_steps` steps and at the end. Resuming restores weights, optimizer,
+   learning-rate schedule, data position and sampler state, so the same seed gives the same samples.
 
 Held-out evaluation (`--eval.dataset`, see openrlhf_ada.trainer.heldout): upstream's evaluation generation and metrics
 on the eval prompts (and with `--eval.avg_k` a second, seeded pass of k samples per problem for avg@k), before
@@ -36,6 +38,7 @@ import signal
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional
 
@@ -84,6 +87,35 @@ class StepState:
     generator: dict  # RoundsSamplesGenerator.state_dict()
     torch_rng: list
     signal: dict
+
+
+def optimizer_steps_per_step(args) -> int:
+    """Optimizer steps of one full training step (`LocalTrainer.update`): --train.max_epochs passes over the step's
+    rollout.batch_size x n samples (Est allocates as many), in micro-batches of --rollout.micro_batch_size, one
+    optimizer step per window of --train.batch_size samples' micro-batches."""
+    samples = args.rollout.batch_size * args.rollout.n_samples_per_prompt
+    micro_batches = math.ceil(samples / args.rollout.micro_batch_size)
+    return args.train.max_epochs * math.ceil(micro_batches / optimizer_window(args))
+
+
+def optimizer_window(args) -> int:
+    """Micro-batches per optimizer step."""
+    return max(1, math.ceil(args.train.batch_size / args.rollout.micro_batch_size))
+
+
+def lr_scheduler(args, optimizer, training_steps: int):
+    """Upstream's learning-rate schedule (openrlhf/utils/deepspeed/deepspeed.py): transformers' `get_scheduler`
+    with --actor.lr_scheduler over `training_steps` optimizer steps, of which ceil(--actor.lr_warmup_ratio x
+    training_steps) warm up; the two cosine schedules with a floor end at --actor.min_lr_ratio x the rate.
+    train_local's training steps are --local.max_steps x `optimizer_steps_per_step` (it starts the next pass over
+    the data as needed; a short step at the end of the data, or --local.max_generated_tokens, ends it earlier)."""
+    from transformers import get_scheduler
+
+    name = args.actor.lr_scheduler
+    specific = {"min_lr_rate": args.actor.min_lr_ratio} if name in ("cosine_with_min_lr",
+                                                                     "cosine_warmup_with_min_lr") else {}
+    return get_scheduler(name, optimizer, num_warmup_steps=math.ceil(training_steps * args.actor.lr_warmup_ratio),
+                         num_training_steps=training_steps, scheduler_specific_kwargs=specific)
 
 
 class LocalStrategy:
@@ -183,6 +215,9 @@ class LocalTrainer:
         actor = args.actor
         self.optimizer = torch.optim.AdamW(policy.parameters(), lr=actor.adam.lr, betas=tuple(actor.adam.betas),
                                            weight_decay=actor.adam.weight_decay)
+        # the schedule's length comes from this run's flags: a resume with another --local.max_steps stretches the rest
+        self.lr_steps = config.max_steps * optimizer_steps_per_step(args)
+        self.scheduler = lr_scheduler(args, self.optimizer, self.lr_steps)
         self.loss_fn = PolicyLoss(
             clip_eps_low=actor.eps_clip_low_high[0], clip_eps_high=actor.eps_clip_low_high[1],
             dual_clip=actor.dual_clip, token_level_loss=actor.loss_agg_mode == "token-mean",
@@ -412,7 +447,7 @@ class LocalTrainer:
         --rollout.micro_batch_size accumulated, token-mean over each optimizer window, gradient clipping."""
         args = self.args
         self.policy.train()
-        per_step = max(1, math.ceil(args.train.batch_size / args.rollout.micro_batch_size))
+        per_step = optimizer_window(args)
         windows = [experiences[i : i + per_step] for i in range(0, len(experiences), per_step)]
         stats = {"policy_loss": [], "clip_ratio": [], "grad_norm": [], "kl_loss": []}
         for _ in range(args.train.max_epochs):
@@ -436,7 +471,11 @@ class LocalTrainer:
                 norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), args.actor.max_norm)
                 stats["grad_norm"].append(float(norm))
                 self.optimizer.step()
-        return {k: float(np.mean(v)) for k, v in stats.items() if v}
+                if self.scheduler.last_epoch < self.lr_steps:  # at its end the rate stays (cosine would rise again)
+                    self.scheduler.step()
+        out = {k: float(np.mean(v)) for k, v in stats.items() if v}
+        out["actor_lr"] = self.scheduler.get_last_lr()[0]  # as upstream logs it: the rate after the step's updates
+        return out
 
     def sync_weights(self) -> None:
         path = os.path.join(self.weights_dir, "policy.safetensors")
@@ -514,12 +553,28 @@ class LocalTrainer:
             self.policy.save_pretrained(os.path.join(folder, "model"), safe_serialization=True)
             self.tokenizer.save_pretrained(os.path.join(folder, "model"))
             torch.save(self.optimizer.state_dict(), os.path.join(folder, "optimizer.pt"))
+            torch.save(self.scheduler.state_dict(), os.path.join(folder, "scheduler.pt"))
             with open(os.path.join(folder, "trainer_state.json"), "w") as f:  # last: it marks the folder complete
                 json.dump(asdict(state), f)
 
         write_checkpoint(self.args.ckpt.path, fill)
         self._saved_step = state.global_step
         return True
+
+    def load_scheduler(self, path: str, global_step: int) -> None:
+        """The schedule's position from the checkpoint; one written before the schedule existed (no scheduler.pt,
+        a constant rate) continues at the position its steps reached when full."""
+        saved = os.path.join(path, "scheduler.pt")
+        if os.path.exists(saved):
+            self.scheduler.load_state_dict(torch.load(saved, weights_only=False))
+            return
+        steps = min(global_step * optimizer_steps_per_step(self.args), self.lr_steps)
+        print(f"[train_local] {path} holds no learning-rate schedule (written before train_local had one): it "
+              f"continues at optimizer step {steps} of --actor.lr_scheduler {self.args.actor.lr_scheduler}")
+        with warnings.catch_warnings():  # "scheduler.step() before optimizer.step()": on purpose here
+            warnings.simplefilter("ignore")
+            for _ in range(steps):
+                self.scheduler.step()
 
     def maybe_resume(self) -> bool:
         if not self.args.ckpt.load_enable:
@@ -539,6 +594,7 @@ class LocalTrainer:
             raise RuntimeError(f"checkpoint {path} does not match the model: missing {sorted(set(missing) - tied)}, "
                                f"unexpected {sorted(unexpected)}; was it written for another --actor.model_name_or_path?")
         self.optimizer.load_state_dict(torch.load(os.path.join(path, "optimizer.pt"), weights_only=False))
+        self.load_scheduler(path, state["global_step"])
         self.global_step = state["global_step"]
         self.generated_tokens_total = state["generated_tokens_total"]
         self.loader.load_state_dict(state["loader"])

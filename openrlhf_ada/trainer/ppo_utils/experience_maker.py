@@ -19,8 +19,9 @@ Only `compute_advantages_and_returns` changes (and upstream's per-token return l
 - `--ada.strategy est`: every sample of a prompt is trained, so groups have different sizes. They are found in rollout
   order (a group starts at pool index 0, its size is its pool count), each group-baseline estimator's formula is
   applied to them (estimate.ragged_baseline; with the `authors` preset their GRPO advantage, estimate.authors_baseline),
-  then the prompt weight from the group's pass rate, then the same KL, returns and whitening as the pool baseline, and
-  with `--adora.enable` each group's ADORA weight from its own samples (adora.ragged_sample_weights).
+  then the prompt weight from the group's pass rate (unless `--ada.prompt_weight none`: then the pass rate is not
+  read), then the same KL, returns and whitening as the pool baseline, and with `--adora.enable` each group's ADORA
+  weight from its own samples (adora.ragged_sample_weights).
 
 Groups are defined as upstream defines them: restore rollout order from `experience.index`, sample i belongs to
 prompt i // n (Est: the groups found as above).
@@ -193,7 +194,8 @@ class AdoraPoolExperienceMaker(RemoteExperienceMaker):
     def _advantages_est(self, experiences) -> List[Experience]:
         """--ada.strategy est: groups of varying size (module docstring)."""
         args = self.args
-        keys = POOL_KEYS + ("ada_pool_index", "ada_pool_pass_rate")
+        weighted = self.ada.weight_kind != "none"
+        keys = POOL_KEYS + ("ada_pool_index",) + (("ada_pool_pass_rate",) if weighted else ())
         missing = [k for k in keys if any(k not in e.info for e in experiences)]
         if missing:
             raise RuntimeError(f"--ada.strategy est needs {missing} in every sample's info (set by "
@@ -218,17 +220,19 @@ class AdoraPoolExperienceMaker(RemoteExperienceMaker):
                                       norm_by_std=args.algo.advantage.estimator == "group_norm").to(rewards.dtype)
         else:
             shaped = ragged_baseline(rewards, sizes, args.algo.advantage.estimator)
-        pass_rate = order.flat([e.info["ada_pool_pass_rate"].float() for e in experiences])[starts]
         g = group_index(sizes)
-        w = prompt_weights(pass_rate, self.ada.weight_kind, eps=self.ada.prompt_weight_eps,
-                           cap=self.ada.prompt_weight_cap)[g]
-        shaped = (shaped.double() * w).to(rewards.dtype)
+        if weighted:
+            pass_rate = order.flat([e.info["ada_pool_pass_rate"].float() for e in experiences])[starts]
+            w = prompt_weights(pass_rate, self.ada.weight_kind, eps=self.ada.prompt_weight_eps,
+                               cap=self.ada.prompt_weight_cap)[g]
+            shaped = (shaped.double() * w).to(rewards.dtype)
+            for e, wi in zip(experiences, order.split(w.float())):
+                e.info["ada_prompt_weight"] = wi
         mean = group_sums(rewards, sizes) / sizes
         var = group_sums((rewards.double() - mean[g]) ** 2, sizes)
         std = (var / (sizes - 1).clamp(min=1)).sqrt()[g].float()
-        for e, s, wi in zip(experiences, order.split(std), order.split(w.float())):
+        for e, s in zip(experiences, order.split(std)):
             e.info["group_reward_std"] = s
-            e.info["ada_prompt_weight"] = wi
         self._finish_group_advantages(experiences, order.split(shaped))
         if self.adora_active:  # each group's ADORA weight from its own samples, whatever its size
             stats = ragged_group_stats(outcome["scores"], outcome["lengths"], outcome["truncated"], sizes,
