@@ -30,8 +30,8 @@ LORA = ["--ds.lora.rank", "8", "--ds.lora.alpha", "16", "--actor.adam.lr", "1e-2
 
 
 def test_lora_with_adora_and_reinforce_ada_syncs_the_merged_policy(tmp_path, tiny_llama_path):
-    """ADORA + Reinforce-Ada Seq, a LoRA actor (ZeRO-3), a reference model and one vLLM engine; 16 prompts in
-    batches of 8 -> 2 steps. The engine samples step 2 from the weights synced after step 1: its log-probs match the
+    """ADORA + Reinforce-Ada Seq with --ada.cancel (rounds of 8, cut once a prompt's samples meet the balance rule),
+    a LoRA actor (ZeRO-3), a reference model and one vLLM engine; 16 prompts in batches of 8 -> 2 steps. The engine samples step 2 from the weights synced after step 1: its log-probs match the
     actor's (`vllm_kl` near zero), while the actor has moved away from the reference, which is the policy a stale
     engine would still run: with that engine `vllm_kl` would be -`logprobs_diff` (rollout = reference log-probs),
     far outside the bound."""
@@ -42,7 +42,7 @@ def test_lora_with_adora_and_reinforce_ada_syncs_the_merged_policy(tmp_path, tin
         "--algo.advantage.estimator", "dr_grpo", "--actor.num_gpus_per_node", "1", "--ref.num_gpus_per_node", "1",
         "--vllm.num_engines", "1", "--algo.kl.init_coef", "0.01", "--algo.kl.use_loss", "--algo.kl.estimator", "k3",
         "--algo.advantage.is_correction_level", "token",
-        "--adora.enable", "--ada.enable", "--ada.round_size", "4", "--ada.max_rounds", "3",
+        "--adora.enable", "--ada.enable", "--ada.round_size", "8", "--ada.max_rounds", "3", "--ada.cancel",
     ]
     run = pipeline.launch("openrlhf_ada.cli.train_ppo_ray", flags, tmp_path / "run.log")
     pipeline.assert_ok(run)
@@ -51,11 +51,14 @@ def test_lora_with_adora_and_reinforce_ada_syncs_the_merged_policy(tmp_path, tin
     assert [r["step"] for r in rows] == [1, 2] and [r["rollout/num_samples"] for r in rows] == [32, 32]
     for row in rows:
         assert not [k for k in pipeline.ADA_KEYS + pipeline.ADORA_KEYS if row.get(k) is None], row["step"]
+        # 8 prompts x 8 requests started, of which at least 4 per prompt entered its pool: the cancel path ran
+        not_admitted = row["ada_cancelled_requests"] + row["ada_discarded_samples"]
+        assert row["ada_samples_generated"] == 8 * 8 and 0 < not_admitted <= 8 * 4, row
     assert rows[0]["actor_grad_norm"] > 0
     assert pipeline.sync_is_real({r["step"]: r["vllm_kl"] for r in rows}), [r["vllm_kl"] for r in rows]
     # step 2 is sampled after the first sync; a stale engine would have given vllm_kl = -logprobs_diff there
     assert abs(rows[1]["logprobs_diff"]) > 5 * pipeline.SYNC_KL_LIMIT, rows[1]["logprobs_diff"]
-    assert (tmp_path / "model" / "adapter_model.safetensors").exists()  # upstream's final save of the adapter
+    assert (tmp_path / "model" / "adapter_config.json").exists()  # upstream's final save: the adapter
 
 
 def test_a_sync_the_engine_cannot_load_stops_the_run_in_seconds_with_its_error(tmp_path, tiny_llama_path):
