@@ -75,11 +75,13 @@ def test_project_actors_ship_with_a_consistent_super(tmp_path):
         RoundsGenerateSamplesActor,
     )
     from openrlhf_ada.trainer.ray.hf_engine import HFRolloutActor
+    from openrlhf_ada.trainer.ray.ppo_actor import LoraSyncPolicyModelActor
     from openrlhf_ada.trainer.ray.vllm_engine import GuardedRolloutRayActor
 
     actors = {"AdoraPoolPPOTrainer": AdoraPoolPPOTrainer, "AdoraPoolPPOTrainerAsync": AdoraPoolPPOTrainerAsync,
               "RoundsGenerateSamplesActor": RoundsGenerateSamplesActor, "AdoraPoolTrainingActor": AdoraPoolTrainingActor,
-              "GuardedRolloutRayActor": GuardedRolloutRayActor, "HFRolloutActor": HFRolloutActor}
+              "GuardedRolloutRayActor": GuardedRolloutRayActor, "HFRolloutActor": HFRolloutActor,
+              "LoraSyncPolicyModelActor": LoraSyncPolicyModelActor}
     (tmp_path / "plain_subclass_module.py").write_text(PLAIN_SUBCLASS)
     sys.path.insert(0, str(tmp_path))
     try:

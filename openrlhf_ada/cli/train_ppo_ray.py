@@ -42,20 +42,23 @@ DESCRIPTION = (
 )
 
 
-def install_trainers() -> None:
-    """Point the names upstream's train() uses at the project's actors: the trainers, and the rollout engine that
-    upstream's create_vllm_engines builds (with the reward guard)."""
+def install_trainers(launcher_globals: dict) -> None:
+    """Point the names upstream's train() uses at the project's actors: the trainers, the rollout engine that
+    upstream's create_vllm_engines builds (with the reward guard), and the policy actor (a LoRA policy syncs its
+    merged weights), which upstream's launcher module (`launcher_globals`) imported by name."""
     import openrlhf.trainer.ppo_trainer as sync_module
     import openrlhf.trainer.ppo_trainer_async as async_module
     import openrlhf.trainer.ray.vllm_engine as engine_module
 
     from openrlhf_ada.trainer.ppo_trainer import AdoraPoolPPOTrainer
     from openrlhf_ada.trainer.ppo_trainer_async import AdoraPoolPPOTrainerAsync
+    from openrlhf_ada.trainer.ray.ppo_actor import LoraSyncPolicyModelActor
     from openrlhf_ada.trainer.ray.vllm_engine import GuardedRolloutRayActor
 
     sync_module.PPOTrainer = AdoraPoolPPOTrainer
     async_module.PPOTrainerAsync = AdoraPoolPPOTrainerAsync
     engine_module.RolloutRayActor = GuardedRolloutRayActor
+    launcher_globals["PolicyModelActor"] = LoraSyncPolicyModelActor
 
 
 def with_setup_hook(runtime_env: dict | None, env_vars: dict | None = None) -> dict:
@@ -204,7 +207,7 @@ def main(
                     check_dataset_images(final_args)
                 except ValueError as e:
                     _fail(prog, str(e))
-                install_trainers()
+                install_trainers(launcher_globals)
             if cpu:
                 cpu_compat.prepare_deepspeed_cpu_ops()
             reward_timeout = getattr(getattr(final_args, "fault", None), "reward_timeout", None)

@@ -339,11 +339,14 @@ def receive_weight_on_cpu(self, name, dtype, shape, empty_cache=False):
     qkv / gate_up layers from partial data. So parameters are buffered and loaded together with vLLM's
     ``reload_weights`` on the call that carries ``empty_cache=True``, which upstream sets on the last parameter
     (trainer/ray/ppo_actor.py L427).
+
+    A failure raises only after this parameter's broadcast is received: the sender is in that broadcast and reads
+    the engines' answers after it (``ray.get`` of these calls), so it gets this error at once. Raising before
+    receiving would leave the sender waiting in the broadcast for a peer that never comes (the group's timeout:
+    half an hour), with the error only in the engine's log.
     """
     import torch
 
-    if dtype != self.model_config.dtype:
-        raise TypeError(f"weight sync: {name} arrives as {dtype}, the vLLM engine runs {self.model_config.dtype}")
     weight = torch.empty(shape, dtype=dtype)
     if self._model_update_with_ray:
         import ray.util.collective as collective
@@ -352,10 +355,15 @@ def receive_weight_on_cpu(self, name, dtype, shape, empty_cache=False):
     else:
         self._model_update_group.broadcast(weight, src=0)
     received = self.__dict__.setdefault("_openrlhf_ada_received", [])
+    if dtype != self.model_config.dtype:
+        received.clear()
+        raise TypeError(f"weight sync: {name} arrives as {dtype}, the vLLM engine runs {self.model_config.dtype}")
     received.append((name, weight))
     if empty_cache:
-        self.reload_weights(weights_iterator=iter(received))
-        received.clear()
+        try:
+            self.reload_weights(weights_iterator=iter(received))
+        finally:
+            received.clear()
 
 
 def _patch_vllm_weight_receive() -> None:
