@@ -66,3 +66,15 @@ def test_the_merged_model_computes_what_the_lora_model_computes(lora_model, tiny
     assert any(not torch.equal(before[n], p) for n, p in engine.named_parameters())
     gap, stale_gap = (got - want).abs().max().item(), (stale - want).abs().max().item()
     assert gap < 0.05 < stale_gap, (gap, stale_gap)  # the adapters matter, and the merged model has them
+
+
+def test_train_local_refuses_lora_it_would_ignore(tmp_path, refused):
+    """train_local trains every weight in plain PyTorch: a LoRA rank would change nothing, so it is refused."""
+    from openrlhf_ada.cli.train_local import parse_local_args
+
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"input": "1+1", "label": "2"}\n')
+    argv = ["--actor.model_name_or_path", str(tmp_path), "--data.prompt_dataset", str(data),
+            "--reward.remote_url", "openrlhf_ada/rewards/toy.py", "--algo.advantage.estimator", "group_norm",
+            "--rollout.n_samples_per_prompt", "4", "--local.output_dir", str(tmp_path / "run"), "--ds.lora.rank", "8"]
+    refused(parse_local_args, argv, ["--ds.lora.rank 8", "train_local", "openrlhf_ada.cli.train_ppo_ray"])

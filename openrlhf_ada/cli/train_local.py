@@ -116,6 +116,13 @@ def validate_local(args) -> None:
             "model. Train with a reward model through the cluster launcher, python -m openrlhf_ada.cli.train_ppo_ray "
             "(also on one machine), or drop the flag"
         )
+    lora_rank = getattr(getattr(getattr(args, "ds", None), "lora", None), "rank", 0) or 0
+    if lora_rank > 0:
+        raise ValueError(
+            f"--ds.lora.rank {lora_rank}: train_local updates every weight of the model in plain PyTorch and builds no "
+            "LoRA adapter, so the flag would change nothing. Train LoRA through the cluster launcher, python -m "
+            "openrlhf_ada.cli.train_ppo_ray (also on one machine), or drop the flag"
+        )
     if not args.reward.remote_url and not args.train.agent_func_path:
         raise ValueError("train_local needs a reward function: --reward.remote_url path/to/reward.py")
     if args.algo.advantage.estimator == "gae":
