@@ -33,7 +33,6 @@ MOVED_MODULES = {
     "openrlhf_ada.utils.kv_cache": "openrlhf_ada.cpu.kv_cache",
     "openrlhf_ada.utils.local_ray": "openrlhf_ada.cpu.local_ray",
     "openrlhf_ada.utils.shm_leftovers": "openrlhf_ada.cpu.shm_leftovers",
-    "openrlhf_ada.trainer.ray.weight_sync": "openrlhf_ada.cpu.weight_sync",
     "openrlhf_ada.utils.engine_errors": "openrlhf_ada.trainer.ray.engine_errors",
     "openrlhf_ada.utils.heldout": "openrlhf_ada.trainer.heldout",
     "openrlhf_ada.utils.checkpoint_dir": "openrlhf_ada.trainer.checkpoint_dir",

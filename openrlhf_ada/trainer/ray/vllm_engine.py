@@ -40,9 +40,9 @@ from openrlhf.trainer.ray.vllm_engine import RolloutRayActor
 from openrlhf.utils.agent import SingleTurnAgentExecutor
 
 from openrlhf_ada.args import FaultConfig
-from openrlhf_ada.cpu.weight_sync import reload_weights_from_file
 from openrlhf_ada.trainer.ray.engine_errors import engine_start_errors
 from openrlhf_ada.trainer.ray.reward_guard import GuardedRewardExecutor
+from openrlhf_ada.trainer.ray.weight_sync import reload_weights_from_file
 
 DEFAULT_REWARD_TIMEOUT = FaultConfig.reward_timeout  # --fault.reward_timeout's default
 
