@@ -48,8 +48,7 @@ PENDING_ROWS = set()  # rows other work fills in
 NOT_RUN_ROWS = {"images", "packing", "dynamic batch"}  # no vision-language model in the tests; packing and dynamic
 # batching need flash attention (a GPU)
 # pairs that should work but no test runs yet: the lead decides (a run of their own, or a place in one)
-UNTESTED = {("HTTP reward server", "Seq + cancel"), ("agent", "Est"), ("agent", "features off"),
-            ("one sample per prompt", "features off"), ("dynamic filtering", "Est")}
+UNTESTED = {("HTTP reward server", "Seq + cancel")}
 
 
 def with_base(flags: list) -> list:

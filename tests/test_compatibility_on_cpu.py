@@ -339,3 +339,42 @@ def test_features_off_async_partial_rollout_with_http_rewards_critic_penalty_is_
     check_async_run(run, rows, tmp_path)
     evals = reward_server.calls("eval")
     assert evals and evals % (EVAL_PROMPTS * EVAL_N) == 0
+
+
+def test_features_off_with_an_agent_and_one_sample_per_prompt(tmp_path, tiny_llama_path):
+    """The project's launcher without --adora/--ada, `reinforce` with one sample per prompt (no group: upstream's
+    generation path), a two-turn agent, the stop-properly penalty, IS correction and evaluation, in the sync
+    trainer. 8 prompts, 4 a step: 2 steps of 4 samples, every one of them two turns long."""
+    data = write_prompts(tmp_path / "prompts.jsonl", 8)
+    flags = common_flags(tiny_llama_path, data, tmp_path, n=1, batch=BATCH) + agent_flags(tmp_path) + [
+        "--algo.advantage.estimator", "reinforce"]
+    run = launch("openrlhf_ada.cli.train_ppo_ray", flags, tmp_path / "run.log")
+    assert_ok(run)
+    rows = step_rows(tmp_path)
+    assert sorted(rows) == [1, 2] and [rows[s]["rollout/num_samples"] for s in (1, 2)] == [BATCH, BATCH]
+    for row in rows.values():
+        check_agent_rewards(row)
+        assert not [k for k in row if k.startswith("adora")], row
+        assert row["eval/problems"] == EVAL_PROMPTS and 0 <= row["eval/accuracy"] <= 1, row
+    assert sync_is_real({s: rows[s]["vllm_kl"] for s in rows})
+
+
+def test_est_with_an_agent_and_dynamic_filtering(tmp_path, tiny_llama_path):
+    """Reinforce-Ada-Est (dr_grpo) with a two-turn agent, dynamic filtering, the stop-properly penalty, IS correction
+    and evaluation, in the sync trainer. 8 prompts solved half the time and one never solved, all unseen: each gets
+    the prior's pass rate and so 4 samples (n = 4 on average), 2 + 2 from the agent; the never-solved group (mean
+    score 0, outside (0, 1)) is filtered and replaced by the next prompt with its count: 2 steps of 4 groups of 4."""
+    data = write_prompts(tmp_path / "prompts.jsonl", 9, never=1)
+    flags = common_flags(tiny_llama_path, data, tmp_path, n=N, batch=BATCH) + agent_flags(tmp_path) + [
+        "--algo.advantage.estimator", "dr_grpo", "--ada.enable", "--ada.strategy", "est",
+        "--algo.dynamic_filtering_enable"]
+    run = launch("openrlhf_ada.cli.train_ppo_ray", flags, tmp_path / "run.log")
+    assert_ok(run)
+    rows = step_rows(tmp_path)
+    assert sorted(rows) == [1, 2] and [rows[s]["rollout/num_samples"] for s in (1, 2)] == [16, 16]
+    assert sum(rows[s]["ada_dynamic_filtered"] for s in rows) == 1  # the never-solved prompt, replaced
+    for row in rows.values():
+        assert (row["ada_alloc_min"], row["ada_alloc_max"]) == (4, 4)
+        check_agent_rewards(row)
+        assert row["eval/problems"] == EVAL_PROMPTS and 0 <= row["eval/accuracy"] <= 1, row
+    assert sync_is_real({s: rows[s]["vllm_kl"] for s in rows})
