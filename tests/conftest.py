@@ -39,11 +39,16 @@ use_cpu_mode_without_cuda()
 # in two test processes (`pytest -n 2 --dist loadfile`): each file goes whole to the first free process, in this
 # order, and each process is handed its next file while it still runs the current one.
 _LONGEST_FILES = (
+    "test_compatibility_on_cpu.py",
     "test_faults_on_cpu.py",
+    "test_lora_on_cpu.py",
     "test_cancel_history_on_cpu.py",
     "test_learning_on_cpu.py",
     "test_benchmarks_smoke.py",
+    "test_reward_model_on_cpu.py",
     "test_est_on_cpu.py",
+    "test_vision_language_on_cpu.py",
+    "test_short_step_on_cpu.py",
     "test_heldout_eval.py",
     "test_local_recovery_on_cpu.py",
     "test_cpu_compat_on_cpu.py",
