@@ -20,7 +20,7 @@ What reaches upstream's trainer is made safe for it (`generate_samples`):
 - a short step at the end of the data (drop mode, filtering, failures) holds a whole number of `batch_unit`s: the
   cluster trainers set the unit to whole train batches that every data-parallel rank splits alike
   (batching.short_step_unit), so DeepSpeed's gradient accumulation stays aligned with the rollout steps; the groups
-  left over go into the next episode's first step (Est, and n = 1 without Reinforce-Ada, drop them, logged);
+  left over go into the next episode's first step (Est, and upstream's generation path, drop them, logged);
 - upstream's dynamic-filtering pass rate counts groups, not samples.
 Evaluation leaves out the prompts whose samples got no reward (counted and logged) instead of crashing upstream's
 metrics.
@@ -187,7 +187,7 @@ class RoundsSamplesGenerator(SamplesGenerator):
                     f"last episode), so that the step is whole train batches that every data-parallel rank splits "
                     f"alike (a multiple of {self.batch_unit} samples)"
                 )
-            elif usable < len(samples):  # n = 1 without Reinforce-Ada: upstream's generation, which carries nothing
+            elif usable < len(samples):  # upstream's generation (n = 1, or a reward model): nothing to carry
                 logger.warning(
                     f"short step at the end of the data: {usable} of {len(samples)} samples trained, the rest dropped, "
                     f"so that the step is whole train batches that every data-parallel rank splits alike (a multiple "
