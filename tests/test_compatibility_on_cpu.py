@@ -32,6 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+import torch
 
 
 def _pipeline_helpers():
@@ -152,6 +153,12 @@ def test_adora_and_seq_with_http_rewards_critic_penalty_is_correction_eval_and_f
     # the server scored every generated training sample (8 mixed prompts x 4, the never-solved one 2 rounds x 4)
     generated = sum(rows[s]["ada_samples_generated"] for s in rows)
     assert reward_server.calls("mixed") + reward_server.calls("never") == generated == 8 * 4 + 2 * 4
+    # the prompt order is the permutation the launcher's default --train.seed (42) draws: step 1 is its first 4
+    # (all mixed), the never-solved prompt (index 8) comes in step 2, and its replacement is the 9th
+    order = torch.randperm(9, generator=torch.Generator().manual_seed(42)).tolist()
+    assert order.index(8) in range(4, 8)
+    training = [label for label in reward_server.labels if not label.startswith("eval")]
+    assert {int(label.split("-")[1]) for label in training[:16]} == set(order[:4])
     assert sum(rows[s]["ada_dynamic_filtered"] for s in rows) == 1  # the never-solved prompt, replaced
     for row in rows.values():
         check_penalised_rewards(row, (RIGHT + WRONG) / 2)  # every trained group 2 + 2

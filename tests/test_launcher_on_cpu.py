@@ -11,6 +11,7 @@ import openrlhf.trainer.ray.vllm_engine as engine_module
 import pytest
 import ray
 import ray.actor
+import torch
 
 from openrlhf_ada.cli import train_ppo_ray
 from openrlhf_ada.cli.train_ppo_ray import main, parse_args
@@ -251,3 +252,46 @@ def test_the_cluster_checkpoint_carries_the_samplers_state_with_the_data_positio
     assert Loader.loaded == {"position": 7} and Generator.restored == {"step": 3}
     wrapped.load_state_dict({"position": 2})  # a checkpoint written before the wrapper: the loader's part only
     assert Loader.loaded == {"position": 2} and Generator.restored == {"step": 3}
+
+
+def _upstream_prompt_loader(count: int, global_seed: int):
+    """The prompt loader as upstream's controller builds it (strategy.setup_dataloader without a process group:
+    a shuffling StatefulDataLoader), with torch's global RNG in some state nobody chose."""
+    from types import SimpleNamespace
+
+    from openrlhf.utils.deepspeed.deepspeed import DeepspeedStrategy
+
+    torch.manual_seed(global_seed)
+    return DeepspeedStrategy.setup_dataloader(SimpleNamespace(seed=0), list(range(count)), 1, True, True,
+                                              collate_fn=lambda rows: rows[0])
+
+
+def test_the_launchers_prompt_order_follows_the_seed_and_survives_a_resume():
+    """Upstream's loader shuffles from an unseeded generator: two runs see different orders. Seeded from
+    --train.seed, every run of a seed sees the permutation torch.randperm draws from that seed, and a loader restored
+    from a state_dict taken mid-epoch goes on with the same order."""
+    from openrlhf_ada.trainer.ppo_utils.loader_state import seed_prompt_order
+
+    unseeded = [list(_upstream_prompt_loader(9, g)) for g in (1, 2)]
+    assert unseeded[0] != unseeded[1]  # the order upstream's controller gets depends on an RNG it never seeds
+    expected = torch.randperm(9, generator=torch.Generator().manual_seed(42)).tolist()
+    orders = []
+    for global_seed in (1, 2):
+        loader = _upstream_prompt_loader(9, global_seed)
+        assert seed_prompt_order(loader, 42)
+        orders.append(list(loader))
+    assert orders == [expected, expected]
+    other = _upstream_prompt_loader(9, 1)
+    seed_prompt_order(other, 7)
+    assert list(other) != expected
+
+    loader = _upstream_prompt_loader(9, 3)
+    seed_prompt_order(loader, 42)
+    it = iter(loader)
+    first = [next(it) for _ in range(4)]
+    state = loader.state_dict()
+    resumed = _upstream_prompt_loader(9, 4)
+    seed_prompt_order(resumed, 42)
+    resumed.load_state_dict(state)
+    assert first + list(resumed) == expected
+    assert not seed_prompt_order(object(), 42)  # nothing to seed: said so, nothing touched

@@ -17,7 +17,7 @@ from openrlhf_ada.trainer.heldout import EVAL_PREFIX, avg_at_k_metrics, describe
 from openrlhf_ada.trainer.metrics_log import MetricsWriter, keep_rows_up_to, read_metrics, standardize
 from openrlhf_ada.trainer.ppo_utils.batching import short_step_unit
 from openrlhf_ada.trainer.ppo_utils.experience_maker import AdoraPoolExperienceMaker
-from openrlhf_ada.trainer.ppo_utils.loader_state import LoaderWithSamplerState
+from openrlhf_ada.trainer.ppo_utils.loader_state import LoaderWithSamplerState, seed_prompt_order
 from openrlhf_ada.trainer.ppo_utils.sample_failures import rewards_of
 from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
 from openrlhf_ada.trainer.ray.engine_health import lost_engines_message, probe_engines
@@ -169,7 +169,8 @@ def install_cluster_samples_generator(owner) -> None:
     or the async GenerateSamplesActor), set up for the cluster trainer: short steps cut to whole train batches that
     every data-parallel rank splits alike, a stop at once when an engine is lost, and the sampler's state checkpointed
     with the data position (the owner's `prompts_dataloader`, whose state_dict upstream saves with every
-    checkpoint)."""
+    checkpoint), and the prompt order seeded from --train.seed (upstream leaves it to an unseeded RNG)."""
+    seed_prompt_order(owner.prompts_dataloader, owner.samples_generator.args.train.seed)
     generator = RoundsSamplesGenerator.from_upstream(owner.samples_generator,
                                                   batch_unit=short_step_unit(owner.samples_generator.args))
     generator.stop_on_engine_loss = True

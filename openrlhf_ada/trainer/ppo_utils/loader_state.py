@@ -1,6 +1,8 @@
-"""The prompt loader's position and the sampler's state, checkpointed together."""
+"""The prompt loader's order and position, and the sampler's state, checkpointed together."""
 
 from __future__ import annotations
+
+import torch
 
 
 class LoaderWithSamplerState:
@@ -35,3 +37,18 @@ class LoaderWithSamplerState:
 
     def __getattr__(self, name):
         return getattr(self._loader, name)
+
+
+def seed_prompt_order(loader, seed: int) -> bool:
+    """Make the order in which the cluster trainer draws prompts a function of `seed` (`--train.seed`).
+
+    Upstream's controller builds its prompt loader with `shuffle=True` and never seeds torch in that process, so the
+    loader's sampler seeds its own generator from torch's unseeded global RNG: every run, same seed or not, sees the
+    prompts in a different order. Seeding the sampler's generator before the first epoch fixes the order; its state
+    then travels in the loader's state_dict as before, so a resumed run continues the same order. Returns whether
+    the loader had such a generator (a loader without shuffling, or with a distributed sampler, has none)."""
+    generator = getattr(getattr(loader, "sampler", None), "generator", None)
+    if not isinstance(generator, torch.Generator):
+        return False
+    generator.manual_seed(int(seed))
+    return True
