@@ -52,7 +52,7 @@ PENDING_ROWS = set()  # rows other work fills in
 NOT_RUN_ROWS = {"images", "packing", "dynamic batch"}  # no vision-language model in the tests; packing and dynamic
 # batching need flash attention (a GPU)
 # pairs that should work but no test runs yet: the lead decides (a run of their own, or a place in one)
-UNTESTED = {("HTTP reward server", "Seq + cancel")}
+UNTESTED = set()
 
 
 def with_base(flags: list) -> list:
