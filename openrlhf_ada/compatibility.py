@@ -3,7 +3,9 @@
 docs/compatibility.md is the matrix of what an OpenRLHF 0.11.2 user can switch on that changes the data path (rows)
 against the project's settings (columns: features off, ADORA, Reinforce-Ada Seq, Est, Seq + cancel). Each cell is
 tested, or refused here: a `Refusal` pairs a predicate on the parsed arguments for the upstream feature with one for
-the project setting, and says why the pair cannot work or cannot mean anything. `check(args)` runs first thing in
+the project setting, and says why the pair cannot work or cannot mean anything. A few upstream flag pairs fail
+under every setting (a 4-bit actor with vLLM engines, a learning-rate schedule DeepSpeed's actor cannot step, a
+reward model next to a reward function): their `setting` is the other flag, or the trainers. `check(args)` runs first thing in
 `openrlhf_ada.args.validate`, which both the cluster launcher and train_local call right after parsing, so a refused
 pair stops before Ray or any model starts, with one message naming both flags. tests/test_compatibility.py keeps
 the table, the document and the launcher's parser in step.
@@ -39,6 +41,34 @@ def _est(args) -> bool:
     return bool(_get(args, "ada.enable", False)) and _get(args, "ada.strategy", "seq") == "est"
 
 
+def _engines(args) -> int:
+    return _get(args, "vllm.num_engines", 0) or 0
+
+
+#: --actor.lr_scheduler / --critic.lr_scheduler values the project's trainers can use. Both build the schedule with
+#: transformers' `get_scheduler(name, optimizer, num_warmup_steps, num_training_steps)` (upstream's DeepSpeed
+#: strategy for the cluster launcher's actor and critic, openrlhf_ada.trainer.local_trainer.lr_scheduler for
+#: train_local) and step it once per optimizer step without a metric. transformers' other names cannot be used that
+#: way: warmup_stable_decay needs a decay-steps count that upstream does not pass (the build raises), and
+#: reduce_lr_on_plateau and greedy need a metric at each step (train_local's step raises; DeepSpeed's engine catches
+#: that TypeError and passes the train batch size as the metric, a schedule that means nothing).
+LR_SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine", "cosine_with_restarts", "polynomial",
+                 "inverse_sqrt", "cosine_with_min_lr", "cosine_warmup_with_min_lr")
+
+
+def _bad_schedule(args, role: str) -> bool:
+    return _get(args, f"{role}.lr_scheduler", "cosine_with_min_lr") not in LR_SCHEDULERS
+
+
+def _schedule_reason(role: str) -> str:
+    """Why --{role}.lr_scheduler's value cannot be used (LR_SCHEDULERS' comment), for `Refusal.message`."""
+    return ("the schedule is built with transformers' get_scheduler(name, optimizer, warmup steps, training steps) "
+            "and stepped once per optimizer step without a metric, and {" + role + "_lr_scheduler!r} is not such a "
+            "schedule (warmup_stable_decay needs a decay-steps count; reduce_lr_on_plateau and greedy need a metric "
+            "each step, for which DeepSpeed's engine would pass the train batch size; any other name is unknown to "
+            "transformers and fails only once the model is loaded). Use one of " + ", ".join(LR_SCHEDULERS))
+
+
 @dataclass(frozen=True)
 class Refusal:
     """An upstream feature (`feature`: its flag as the user writes it, formatted with {n} and {estimator}; `applies`:
@@ -55,8 +85,11 @@ class Refusal:
         return bool(self.applies(args)) and bool(self.active(args))
 
     def message(self, args) -> str:
-        values = dict(n=_n(args), estimator=_estimator(args))
-        return f"{self.feature.format(**values)} with {self.setting}: {self.reason.format(**values)}"
+        values = dict(n=_n(args), estimator=_estimator(args), engines=_engines(args),
+                      actor_lr_scheduler=_get(args, "actor.lr_scheduler"),
+                      critic_lr_scheduler=_get(args, "critic.lr_scheduler"))
+        feature, setting = self.feature.format(**values), self.setting.format(**values)
+        return f"{feature} with {setting}: {self.reason.format(**values)}"
 
 
 REFUSALS: Tuple[Refusal, ...] = (
@@ -91,6 +124,32 @@ REFUSALS: Tuple[Refusal, ...] = (
         "generation, in the experience maker. Score with a reward function (--reward.remote_url path/to/reward.py "
         "or an HTTP reward server), or drop --ada.enable: the project's features off and --adora.enable work with a "
         "reward model",
+    ),
+    Refusal(
+        "reward-url-and-model", "--reward.remote_url", lambda a: bool(_get(a, "reward.remote_url")),
+        "--reward.model_name_or_path", lambda a: bool(_get(a, "reward.model_name_or_path")),
+        "with a reward function upstream builds no reward model: the rewards come from --reward.remote_url alone and "
+        "the model is never loaded (nor does it seed a critic: with --reward.remote_url, gae's critic starts from the "
+        "actor's model unless --critic.model_name_or_path names one). Drop one of the two flags",
+    ),
+    Refusal(
+        "load-in-4bit-vllm", "--ds.load_in_4bit", lambda a: bool(_get(a, "ds.load_in_4bit", False)),
+        "--vllm.num_engines {engines}", lambda a: _engines(a) > 0,
+        "the weight sync after each step sends the actor's parameters as they are, and a 4-bit actor's linear "
+        "weights are bitsandbytes' packed uint8 (two NF4 values a byte, their scales kept apart), which the engines "
+        "refuse (not their dtype, not their shape) after the first step has trained; with --ds.lora.rank the merged "
+        "LoRA sync cannot add the adapters to a quantized base either. Drop --ds.load_in_4bit (a LoRA actor, "
+        "--ds.lora.rank, keeps the trained weights small)",
+    ),
+    Refusal(
+        "actor-lr-scheduler", "--actor.lr_scheduler {actor_lr_scheduler!r}", lambda a: _bad_schedule(a, "actor"),
+        "the project's trainers (the cluster launcher's DeepSpeed actor, train_local)", lambda a: True,
+        _schedule_reason("actor"),
+    ),
+    Refusal(
+        "critic-lr-scheduler", "--critic.lr_scheduler {critic_lr_scheduler!r}", lambda a: _bad_schedule(a, "critic"),
+        "--algo.advantage.estimator gae", lambda a: _estimator(a) == "gae",
+        "a critic trains (DeepSpeed), and " + _schedule_reason("critic"),
     ),
 )
 

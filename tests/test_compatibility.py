@@ -40,6 +40,10 @@ ROWS = {
     "IS correction": ["--algo.advantage.is_correction_level", "token"],
     "evaluation": ["--eval.dataset", "eval.jsonl", "--eval.steps", "1"],
     "reward model": ["--reward.model_name_or_path", "rm"],
+    "reward model next to a reward function": ["--reward.model_name_or_path", "rm", "--reward.remote_url",
+                                               "http://127.0.0.1:5000/get_reward"],
+    "4-bit actor": ["--ds.load_in_4bit", "--vllm.num_engines", "1"],
+    "learning-rate schedule": ["--actor.lr_scheduler", "reduce_lr_on_plateau"],
     "dynamic batch": None,
     "LoRA": ["--ds.lora.rank", "8"],
     "images": None,
@@ -48,7 +52,7 @@ PENDING_ROWS = set()  # rows other work fills in
 NOT_RUN_ROWS = {"images", "packing", "dynamic batch"}  # no vision-language model in the tests; packing and dynamic
 # batching need flash attention (a GPU)
 # pairs that should work but no test runs yet: the lead decides (a run of their own, or a place in one)
-UNTESTED = {("HTTP reward server", "Seq + cancel")}
+UNTESTED = set()
 
 
 def with_base(flags: list) -> list:
@@ -112,30 +116,89 @@ def test_every_cell_is_tested_or_refused(row, column, capsys):
         assert row in NOT_RUN_ROWS and text.startswith("not yet run ("), text
 
 
-# flags that switch on each refusal's upstream feature, and each project setting
-FEATURE_FLAGS = {
-    "one-sample-adora": ROWS["one sample per prompt"],
-    "one-sample-ada": ROWS["one sample per prompt"],
-    "no-group-baseline-est": ["--algo.advantage.estimator", "gae", "--ada.baseline", "group"],
-    "reward-model-ada": ROWS["reward model"],
+# each refusal's two sides as flags added to BASE: its upstream feature, and the setting (or flag) it meets
+PAIRS = {
+    "one-sample-adora": (ROWS["one sample per prompt"], COLUMNS["ADORA"]),
+    "one-sample-ada": (ROWS["one sample per prompt"], COLUMNS["Reinforce-Ada Seq"]),
+    "no-group-baseline-est": (["--algo.advantage.estimator", "gae", "--ada.baseline", "group"], COLUMNS["Est"]),
+    "reward-model-ada": (ROWS["reward model"], COLUMNS["Reinforce-Ada Seq"]),
+    "reward-url-and-model": (["--reward.remote_url", "http://127.0.0.1:5000/get_reward"], ROWS["reward model"]),
+    "load-in-4bit-vllm": (["--ds.load_in_4bit"], ["--vllm.num_engines", "1"]),
+    "actor-lr-scheduler": (["--actor.lr_scheduler", "reduce_lr_on_plateau"], []),  # refused whatever the setting
+    "critic-lr-scheduler": (["--critic.lr_scheduler", "warmup_stable_decay"], ["--algo.advantage.estimator", "gae"]),
 }
-SETTING_FLAGS = {"--adora.enable": COLUMNS["ADORA"], "--ada.enable": COLUMNS["Reinforce-Ada Seq"],
-                 "--ada.strategy est": COLUMNS["Est"]}
+CPU_MODE_REFUSAL = "cannot run in the CPU mode"  # the CPU mode's own start-up refusal (e.g. 4-bit needs CUDA)
 
 
 def refusal_words(refusal) -> list:
-    """What the one message must hold: both flags, and the start of the reason."""
-    return [refusal.feature.split(" ")[0], f" with {refusal.setting}: ", refusal.reason[:40]]
+    """What the one message must hold: both flags (or the feature's flag and the trainers), and the reason's start."""
+    return [refusal.feature.split(" ")[0], " with " + refusal.setting.split(" {")[0], refusal.reason[:40]]
+
+
+def test_every_refusal_is_in_the_matrix_and_has_its_pair():
+    refused = {re.match(r"refused: `([\w-]+)`", text).group(1) for text in read_matrix().values()
+               if text.startswith("refused")}
+    assert refused <= set(BY_KEY) == set(PAIRS)
+    text = DOC.read_text(encoding="utf-8")
+    assert not [key for key in BY_KEY if f"`{key}`" not in text]
 
 
 @pytest.mark.parametrize("parse", [parse_args, parse_local_args], ids=["launcher", "train_local"])
 @pytest.mark.parametrize("refusal", REFUSALS, ids=lambda r: r.key)
 def test_each_refused_pair_is_refused_at_start_up_naming_both_flags(refusal, parse, refused):
-    err = refused(parse, with_base(FEATURE_FLAGS[refusal.key] + SETTING_FLAGS[refusal.setting]), refusal_words(refusal))
+    feature, setting = PAIRS[refusal.key]
+    err = refused(parse, with_base(feature + setting), refusal_words(refusal))
     assert err.count("error:") == 1
 
 
 @pytest.mark.parametrize("refusal", REFUSALS, ids=lambda r: r.key)
-def test_either_side_alone_is_accepted(refusal):
-    for argv in (with_base(FEATURE_FLAGS[refusal.key]), with_base(SETTING_FLAGS[refusal.setting])):
-        assert not refusal.refuses(parse_args(argv))
+def test_either_side_alone_is_accepted(refusal, capsys):
+    """Each side alone passes this entry (an entry that refuses its feature whatever the setting, the trainers, is
+    tested by the test below). On this machine the CPU mode may refuse a side by itself (4-bit needs CUDA): then
+    with its own message, not the entry's."""
+    feature, setting = PAIRS[refusal.key]
+    for side in (feature, setting) if setting else ():
+        try:
+            assert not refusal.refuses(parse_args(with_base(side)))
+        except SystemExit:
+            err = capsys.readouterr().err
+            assert CPU_MODE_REFUSAL in err and refusal.reason[:40] not in err, err
+
+
+@pytest.mark.parametrize("role,setting", [("actor", []), ("critic", ["--algo.advantage.estimator", "gae"])])
+def test_every_schedule_the_trainers_step_without_a_metric_is_accepted_and_only_those(role, setting, capsys):
+    """transformers' schedule names (tests/test_heldout_eval.py checks which of them build and step without a
+    metric: LR_SCHEDULERS): each of those passes the launcher, and each other name (or an unknown one) is refused."""
+    from transformers import SchedulerType
+
+    from openrlhf_ada.compatibility import LR_SCHEDULERS
+
+    for name in [t.value for t in SchedulerType] + ["cosine_schedule"]:
+        argv = with_base(setting + [f"--{role}.lr_scheduler", name])
+        if name in LR_SCHEDULERS:
+            assert getattr(parse_args(argv), role).lr_scheduler == name
+        else:
+            with pytest.raises(SystemExit):
+                parse_args(argv)
+            err = capsys.readouterr().err
+            assert f"--{role}.lr_scheduler {name!r} with " in err, err
+
+
+def test_a_4bit_actor_gives_the_weight_sync_packed_uint8_weights(tmp_path):
+    """Why load-in-4bit-vllm refuses: loaded as upstream's Actor loads it (bitsandbytes NF4, double quantization,
+    bf16 compute), a model's linear weights are packed uint8 parameters (two 4-bit values a byte), and
+    `named_parameters()` is what upstream's weight sync sends the engines, which hold the bf16 model."""
+    import torch
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig, LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                         num_attention_heads=4, num_key_value_heads=4)
+    LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(tmp_path)
+    nf4 = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                             bnb_4bit_compute_dtype=torch.bfloat16)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path, quantization_config=nf4, dtype=torch.bfloat16,
+                                                 device_map="cpu")
+    sent = dict(model.named_parameters())
+    q_proj = sent["model.layers.0.self_attn.q_proj.weight"]
+    assert q_proj.dtype == torch.uint8 and q_proj.numel() == 64 * 64 // 2, (q_proj.dtype, q_proj.shape)
+    assert sent["model.embed_tokens.weight"].dtype == torch.bfloat16  # what the engines hold for every weight

@@ -220,7 +220,7 @@ def test_every_lr_schedule_train_local_accepts_builds_and_the_others_cannot():
     import torch
     from transformers import SchedulerType
 
-    from openrlhf_ada.cli.train_local import LR_SCHEDULERS
+    from openrlhf_ada.compatibility import LR_SCHEDULERS
     from openrlhf_ada.trainer.local_trainer import lr_scheduler
 
     for name in [t.value for t in SchedulerType]:

@@ -48,12 +48,16 @@ def test_the_launcher_accepts_a_reward_model_with_features_off_and_with_adora(ex
     assert args.reward.model_name_or_path == "rm" and not args.reward.remote_url
 
 
-def test_a_reward_file_next_to_a_reward_model_keeps_reinforce_ada(tmp_path):
-    """With --reward.remote_url upstream builds no reward model (it scores with the file): nothing to refuse."""
+@pytest.mark.parametrize("parse", [parse_args, parse_local_args], ids=["launcher", "train_local"])
+@pytest.mark.parametrize("extra", [[], ["--ada.enable"]])
+def test_a_reward_function_next_to_a_reward_model_is_refused_naming_both(tmp_path, refused, parse, extra):
+    """With --reward.remote_url upstream builds no reward model (it scores with the file) and never loads the one
+    named: the pair is refused (openrlhf_ada.compatibility's reward-url-and-model), not Reinforce-Ada with it."""
     reward = tmp_path / "reward.py"
     reward.write_text("def reward_func(queries, prompts, labels):\n    return {}\n")
-    args = parse_args(RM_BASE + ["--reward.remote_url", str(reward), "--ada.enable"])
-    assert args.ada.enable
+    err = refused(parse, RM_BASE + ["--reward.remote_url", str(reward)] + extra,
+                  ["--reward.remote_url with --reward.model_name_or_path", "never loaded"])
+    assert "while it samples" not in err
 
 
 def local_argv(tmp_path, *extra):
@@ -74,8 +78,7 @@ def test_train_local_refuses_reinforce_ada_with_a_reward_model_naming_the_pair(t
             ["--ada.enable", "--reward.model_name_or_path", "while it samples"])
 
 
-@pytest.mark.parametrize("extra", [[], ["--adora.enable"],
-                                   ["--reward.remote_url", "http://localhost:5000/get_reward"]])
+@pytest.mark.parametrize("extra", [[], ["--adora.enable"]])
 def test_train_local_refuses_a_reward_model_it_cannot_use(tmp_path, refused, extra):
     refused(parse_local_args, local_argv(tmp_path, *extra),
             ["--reward.model_name_or_path", "train_local", "openrlhf_ada.cli.train_ppo_ray"])
@@ -93,7 +96,9 @@ def test_the_generator_takes_upstreams_path_when_a_reward_model_scores():
 
     assert generator(RM_BASE).rounds is None
     assert generator(RM_BASE + ["--adora.enable"]).rounds is None
-    assert generator(RM_BASE + ["--reward.remote_url", "http://localhost:5000/get_reward"]).rounds is not None
+    reward_function = ["--reward.remote_url", "http://localhost:5000/get_reward"]
+    i = RM_BASE.index("--reward.model_name_or_path")
+    assert generator(RM_BASE[:i] + RM_BASE[i + 2:] + reward_function).rounds is not None
 
 
 def test_reward_none_samples_pass_through_the_generator_as_upstream_returns_them(monkeypatch):

@@ -178,20 +178,11 @@ def engine_kv_cache(args):
                          override_gib=args.local.kv_cache_gb)
 
 
-#: --actor.lr_scheduler values train_local builds (transformers' get_scheduler, as upstream calls it); the others
-#: need what upstream does not pass: a metric each step (reduce_lr_on_plateau, greedy), or decay steps
-#: (warmup_stable_decay)
-LR_SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine", "cosine_with_restarts", "polynomial",
-                 "inverse_sqrt", "cosine_with_min_lr", "cosine_warmup_with_min_lr")
-
-
 def validate_lr_schedule(args) -> None:
-    """upstream's --actor.lr_scheduler / --actor.lr_warmup_ratio / --actor.min_lr_ratio as train_local uses them
-    (openrlhf_ada.trainer.local_trainer.lr_scheduler)."""
+    """upstream's --actor.lr_warmup_ratio / --actor.min_lr_ratio as train_local uses them
+    (openrlhf_ada.trainer.local_trainer.lr_scheduler); --actor.lr_scheduler's value is checked for every trainer by
+    openrlhf_ada.compatibility (LR_SCHEDULERS)."""
     actor = args.actor
-    if actor.lr_scheduler not in LR_SCHEDULERS:
-        raise ValueError(f"--actor.lr_scheduler {actor.lr_scheduler!r}: train_local builds {', '.join(LR_SCHEDULERS)} "
-                         "(transformers' schedules that need no metric per step and no extra steps count)")
     for flag, value in (("lr_warmup_ratio", actor.lr_warmup_ratio), ("min_lr_ratio", actor.min_lr_ratio)):
         if not 0.0 <= value <= 1.0:
             raise ValueError(f"--actor.{flag}={value}: a fraction in [0, 1]")
