@@ -542,7 +542,7 @@ def cpu_info_cache_path() -> Optional[str]:
         return None
     from torch.utils.cpp_extension import _get_build_directory
 
-    root = os.path.dirname(_get_build_directory("openrlhf_ada_cpu_info", False))
+    root = os.path.dirname(_get_build_directory(DEEPSPEED_CPU_OPS["FusedAdamBuilder"], False))  # the op's own
     return os.path.join(root, f"openrlhf_ada_cpu_info-{identity}.json")
 
 
