@@ -54,7 +54,7 @@ def start_engine(model, reward_file, timeout=2.0):
 @pytest.fixture(scope="module")
 def engines(ray_local, tiny_llama_path, reward_file):
     """Two engines for the module. Tests may use them, never kill them (the engine-killed test's survivor is the
-    second one: a start of its own would cost about a minute of CPU for nothing the test checks)."""
+    second one: a start of its own costs about 30 s of CPU, for nothing the test checks)."""
     started = start_engines(tiny_llama_path, reward_file, 2)
     yield started
     for engine in started:
