@@ -253,6 +253,92 @@ def test_the_op_names_are_deepspeeds_own():
         assert get_accelerator().create_op_builder(builder_name).name == name
 
 
+
+# -- what DeepSpeed's op builds ask py-cpuinfo ------------------------------------------------------------------------
+
+
+def _fake_cpuinfo(calls: list):
+    """A py-cpuinfo stand-in that counts its calls (the real one starts an interpreter for each: about 1 s of CPU)."""
+    import types
+
+    module = types.ModuleType("cpuinfo")
+
+    def get_cpu_info():
+        calls.append(1)
+        return {"arch": "X86_64", "flags": ["avx2", "fma"], "hz_actual": [len(calls), 0]}
+
+    module.get_cpu_info = get_cpu_info
+    return module
+
+
+def _patched_cpuinfo(calls: list, monkeypatch):
+    """A fresh process's py-cpuinfo with the CPU mode's patch on it."""
+    module = _fake_cpuinfo(calls)
+    monkeypatch.setitem(sys.modules, "cpuinfo", module)
+    cpu_compat._patch_deepspeed_cpu_info()
+    return module
+
+
+def test_py_cpuinfo_is_asked_once_per_machine_and_its_answer_kept_per_cpu(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    calls = []
+    first = _patched_cpuinfo(calls, monkeypatch)
+    answer = first.get_cpu_info()
+    assert answer == {"arch": "X86_64", "flags": ["avx2", "fma"], "hz_actual": [1, 0]} and len(calls) == 1
+    answer["flags"].append("changed by a caller")
+    assert first.get_cpu_info() == {"arch": "X86_64", "flags": ["avx2", "fma"], "hz_actual": [1, 0]}
+    assert len(calls) == 1  # the second ask in the process: answered from memory, a copy of its own each time
+    kept = list(tmp_path.rglob("openrlhf_ada_cpu_info-*.json"))
+    assert len(kept) == 1
+
+    second = _patched_cpuinfo(calls, monkeypatch)  # another process on this machine: the kept answer
+    assert second.get_cpu_info()["hz_actual"] == [1, 0] and len(calls) == 1
+
+    monkeypatch.setattr(cpu_compat, "_cpu_identity", lambda: "0123456789abcdef")  # a machine with another CPU
+    third = _patched_cpuinfo(calls, monkeypatch)
+    assert third.get_cpu_info()["hz_actual"] == [2, 0] and len(calls) == 2  # asks for itself, keeps its own
+    assert len(list(tmp_path.rglob("openrlhf_ada_cpu_info-*.json"))) == 2
+
+    monkeypatch.setattr(cpu_compat, "_cpu_identity", lambda: None)  # no /proc/cpuinfo: nothing to name a file by
+    fourth = _patched_cpuinfo(calls, monkeypatch)
+    fourth.get_cpu_info()
+    fourth.get_cpu_info()
+    assert len(calls) == 3 and len(list(tmp_path.rglob("openrlhf_ada_cpu_info-*.json"))) == 2
+
+
+def test_a_failed_py_cpuinfo_answer_is_passed_on_and_not_kept(tmp_path, monkeypatch):
+    """py-cpuinfo answers {} when its child interpreter fails; DeepSpeed then falls back on lscpu. Kept, the {}
+    would stand for the machine from then on."""
+    import types
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    module = types.ModuleType("cpuinfo")
+    module.get_cpu_info = lambda: {}
+    monkeypatch.setitem(sys.modules, "cpuinfo", module)
+    cpu_compat._patch_deepspeed_cpu_info()
+    assert module.get_cpu_info() == {} and not list(tmp_path.rglob("openrlhf_ada_cpu_info-*.json"))
+
+
+def test_deepspeed_gets_the_same_op_flags_from_the_kept_answer(tmp_path, monkeypatch):
+    """The flags DeepSpeed builds FusedAdam with (-march, SIMD width) come out the same from the kept answer as from
+    py-cpuinfo itself: the ops built before stay built."""
+    import cpuinfo
+    from deepspeed.accelerator import get_accelerator
+
+    builder = get_accelerator().create_op_builder("FusedAdamBuilder")
+    own = builder.cxx_args()
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setattr(cpuinfo, "get_cpu_info", cpuinfo.get_cpu_info)  # put back after the test
+    cpu_compat._patch_deepspeed_cpu_info()
+    assert builder.cxx_args() == own  # asked py-cpuinfo once, kept the answer
+
+    def asked_again():
+        raise AssertionError("py-cpuinfo asked again on the same machine")
+
+    monkeypatch.setattr(cpuinfo, "get_cpu_info", asked_again)
+    cpu_compat._patch_deepspeed_cpu_info()  # as in a new process
+    assert builder.cxx_args() == own
+
 # -- which ninja builds them ------------------------------------------------------------------------------------------
 
 ENV_BIN = os.path.dirname(sys.executable)

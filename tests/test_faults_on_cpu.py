@@ -36,17 +36,26 @@ def reward_file():
     return REWARD_FILE
 
 
-def start_engine(model, reward_file, timeout=2.0):
-    engine = GuardedRolloutRayActor.options(num_cpus=0.5, num_gpus=0).remote(
+def start_engines(model, reward_file, count=1, timeout=2.0):
+    """`count` engines, started side by side (each start is mostly imports in two processes that wait for each
+    other), returned once every one answers."""
+    started = [GuardedRolloutRayActor.options(num_cpus=0.5, num_gpus=0).remote(
         model=model, dtype="float32", enforce_eager=True, num_gpus=0, seed=0, remote_rm_url=[reward_file],
         **engine_kwargs(model, 256, 64), max_model_len=256, distributed_executor_backend="uni", reward_timeout=timeout)
-    ray.get(engine.get_num_unfinished_requests.remote())
-    return engine
+        for _ in range(count)]
+    ray.get([engine.get_num_unfinished_requests.remote() for engine in started])
+    return started
+
+
+def start_engine(model, reward_file, timeout=2.0):
+    return start_engines(model, reward_file, 1, timeout)[0]
 
 
 @pytest.fixture(scope="module")
 def engines(ray_local, tiny_llama_path, reward_file):
-    started = [start_engine(tiny_llama_path, reward_file) for _ in range(2)]
+    """Two engines for the module. Tests may use them, never kill them (the engine-killed test's survivor is the
+    second one: a start of its own costs about 30 s of CPU, for nothing the test checks)."""
+    started = start_engines(tiny_llama_path, reward_file, 2)
     yield started
     for engine in started:
         ray.kill(engine)
@@ -114,20 +123,17 @@ def test_failed_samples_without_reinforce_ada(engines, tiny_llama_path, reward_f
     assert "ada/resolved_share" not in gen.last_metrics  # round statistics mean nothing for fixed n
 
 
-def test_engine_killed_mid_round_work_moves_to_the_survivor(ray_local, tiny_llama_path, reward_file,
+def test_engine_killed_mid_round_work_moves_to_the_survivor(engines, tiny_llama_path, reward_file,
                                                              generate_killing):
-    victim, survivor = start_engine(tiny_llama_path, reward_file), start_engine(tiny_llama_path, reward_file)
-    try:
-        # every sample's reward takes 1 s, so rounds are in flight when the victim dies
-        slow = ",".join(["slow1"] * 2 + ["0"] * 2 + ["slow1"] * 2 + ["0"] * 6)
-        gen, labels = make_generator([victim, survivor], tiny_llama_path, [slow] * 4, *ADA, reward=reward_file)
-        samples, _, consumed, _ = generate_killing(gen, victim, **GEN)
-        assert consumed == 4 and len(samples) == 16  # exactly n per prompt, nothing lost
-        for i in range(0, 16, 4):
-            assert len({e.labels[0] for e in samples[i : i + 4]}) == 1
-        assert gen.last_metrics["fault/engine_failures"] >= 1 and len(gen.vllm_engines) == 1
-    finally:
-        ray.kill(survivor)
+    victim, survivor = start_engine(tiny_llama_path, reward_file), engines[1]
+    # every sample's reward takes 1 s, so rounds are in flight when the victim dies
+    slow = ",".join(["slow1"] * 2 + ["0"] * 2 + ["slow1"] * 2 + ["0"] * 6)
+    gen, labels = make_generator([victim, survivor], tiny_llama_path, [slow] * 4, *ADA, reward=reward_file)
+    samples, _, consumed, _ = generate_killing(gen, victim, **GEN)
+    assert consumed == 4 and len(samples) == 16  # exactly n per prompt, nothing lost
+    for i in range(0, 16, 4):
+        assert len({e.labels[0] for e in samples[i : i + 4]}) == 1
+    assert gen.last_metrics["fault/engine_failures"] >= 1 and gen.vllm_engines == [survivor]
 
 
 def test_no_engine_left_is_a_clear_error_not_a_hang(ray_local, tiny_llama_path, reward_file):

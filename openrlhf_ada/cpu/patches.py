@@ -514,10 +514,80 @@ def _patch_vision_without_torchvision() -> None:
     _wrap_cpu_platform_config(check_and_update_config)
 
 
+#: The CPU facts that DeepSpeed's CPU op builds read from py-cpuinfo (deepspeed/ops/op_builder/builder.py L425-509).
+_CPU_INFO_KEYS = ("vendor_id", "model name", "flags")
+
+
+def _cpu_identity() -> Optional[str]:
+    """A key for this machine's CPU (vendor, model, feature flags of /proc/cpuinfo, and the architecture), or None
+    where there is no /proc/cpuinfo. Clock speeds are left out: they change while the machine runs."""
+    import hashlib
+    import platform
+
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            lines = sorted({line.strip() for line in f if line.split(":")[0].strip() in _CPU_INFO_KEYS})
+    except OSError:
+        return None
+    if not lines:
+        return None
+    return hashlib.sha256("\n".join([platform.machine(), *lines]).encode()).hexdigest()[:16]
+
+
+def cpu_info_cache_path() -> Optional[str]:
+    """Where this machine's py-cpuinfo answer is kept: beside the builds of DeepSpeed's ops, which it decides the
+    flags of (torch's extensions folder, TORCH_EXTENSIONS_DIR or its default), named by :func:`_cpu_identity`."""
+    identity = _cpu_identity()
+    if identity is None:
+        return None
+    from torch.utils.cpp_extension import _get_build_directory
+
+    root = os.path.dirname(_get_build_directory(DEEPSPEED_CPU_OPS["FusedAdamBuilder"], False))  # the op's own
+    return os.path.join(root, f"openrlhf_ada_cpu_info-{identity}.json")
+
+
+def _patch_deepspeed_cpu_info() -> None:
+    """DeepSpeed's CPU op builder asks py-cpuinfo twice for every op it loads, even one built long ago (``cxx_args``
+    -> ``cpu_arch`` and ``simd_width``, deepspeed/ops/op_builder/builder.py L425-509: the answer picks the op's
+    -march and SIMD flags), and py-cpuinfo answers by starting a fresh Python interpreter that probes the CPU
+    (cpuinfo.py L2740): about 1 s of CPU each. Every DeepSpeed actor that builds an optimizer loads FusedAdam, and
+    the launcher loads it once more before Ray starts. The first answer on a machine is kept in a file named by the
+    machine's CPU (:func:`cpu_info_cache_path`), so another CPU never reads it; every later ask returns it."""
+    import json
+
+    def patch(module):
+        original = module.get_cpu_info
+        known: dict = {}
+
+        def get_cpu_info():
+            if "info" not in known:
+                path = cpu_info_cache_path()
+                try:
+                    with open(path, encoding="utf-8") as f:
+                        known["info"] = json.load(f)
+                except (OSError, TypeError, ValueError):  # none kept yet (or no /proc/cpuinfo: path None)
+                    info = original()
+                    if not info:  # py-cpuinfo's child failed: answer as it did, keep nothing
+                        return info
+                    known["info"] = info
+                    if path is not None:
+                        os.makedirs(os.path.dirname(path), exist_ok=True)
+                        partial = f"{path}.{os.getpid()}.tmp"
+                        with open(partial, "w", encoding="utf-8") as f:
+                            json.dump(info, f)
+                        os.replace(partial, path)  # whole or not at all, for processes reading it meanwhile
+            return json.loads(json.dumps(known["info"]))  # a fresh copy, as each real call returns
+
+        get_cpu_info.__wrapped__ = original
+        module.get_cpu_info = get_cpu_info
+
+    _after_import("cpuinfo", patch)
+
+
 #: driver and Ray workers: everything; vLLM's own processes: only what runs there (torch.cuda stays untouched).
 _PROCESS_PATCHES = (_patch_triton_cross_entropy, _patch_cuda_device_calls, _patch_weight_sync_group,
                     _patch_vllm_weight_receive, _patch_vllm_sleep_mode, _patch_vllm_kv_cache_size,
-                    _patch_vllm_single_process_worker, _patch_vision_without_torchvision)
+                    _patch_vllm_single_process_worker, _patch_vision_without_torchvision, _patch_deepspeed_cpu_info)
 _VLLM_PATCHES = (_patch_weight_sync_group, _patch_vllm_weight_receive, _patch_vllm_sleep_mode,
                  _patch_vllm_kv_cache_size, _patch_vllm_single_process_worker, _patch_vision_without_torchvision)
 
