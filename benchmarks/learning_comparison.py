@@ -903,6 +903,40 @@ def last_update_values(runs: List[dict], key: str, updates: int) -> Dict[str, Di
     return out
 
 
+def sizing_from_runs(a, runs: List[dict]) -> Optional[dict]:
+    """The seeds the finished runs' spread asks for (the plan's internal pilot): the largest standard deviation s of
+    a setting's paired differences from GRPO n=4 at the last update (settings with at least 2 pairs), the fewest
+    seeds whose expected paired half-width t(0.975, n - 1) x s / sqrt(n) is at most --target-half-width, and how
+    many seeds of every --settings setting fit in --hours at the runs' mean machine time. None below 2 pairs."""
+    key = "avg_at_k" if a.avg_k else "accuracy"
+    axis1 = last_update_values(runs, key, a.updates)
+    sds = {}
+    for name in SETTINGS:
+        d = paired(axis1, name) if name != REFERENCE else None
+        if d is not None and d["n"] >= 2:
+            sds[name] = statistics.stdev(d["values"].values())
+    timed = [r["process_seconds"] for r in runs if r.get("process_seconds")]
+    if not sds or not timed:
+        return None
+    sd = max(sds.values())
+    run_hours = statistics.fmean(timed) / 3600
+    fit = max((n for n in range(2, 201) if len(a.settings) * n * run_hours <= a.hours), default=None)
+    return {"sds": sds, "sd": sd, "needed": seeds_needed(sd, a.target_half_width), "run_hours": run_hours,
+            "fit": fit, "settings": len(a.settings)}
+
+
+def sizing_lines(a, runs: List[dict]) -> List[str]:
+    s = sizing_from_runs(a, runs)
+    if s is None:
+        return []
+    spread = ", ".join(f"{label(n)} {v:.4f}" for n, v in s["sds"].items())
+    needed = "more than 200" if s["needed"] is None else str(s["needed"])
+    fit = "fewer than 2" if s["fit"] is None else str(s["fit"])
+    return [f"**Seeds from these runs' spread** (the plan's internal pilot): standard deviation of the paired "
+            f"differences at update {a.updates}: {spread}; the largest, {s['sd']:.4f}, asks for {needed} seeds for "
+            f"a paired half-width of {a.target_half_width:g}; at {s['run_hours'] * 60:.1f} min a run, {fit} seeds of "
+            f"the {s['settings']} settings fit in {a.hours:g} hours.", ""]
+
 def verdict_lines(a, runs: List[dict], checks: Dict[tuple, dict], result: dict, metric: str) -> List[str]:
     """The primary tests stated before the runs: per setting, held-out avg@k paired against GRPO n=4 at the last
     update (axis 1) and at the generated tokens every run reaches (axis 2, compare's value); Holm's correction over
@@ -1032,6 +1066,7 @@ def report(a, base: Optional[dict], train: str, heldout: str) -> str:
 
     if runs:
         lines.extend(verdict_lines(a, runs, checks, result, AVG_AT_K if a.avg_k else ACCURACY))
+        lines.extend(sizing_lines(a, runs))
     if result is not None:
         compare_dir = os.path.join(a.out, "compare")
         from openrlhf_ada.analysis import compare_settings
@@ -1146,7 +1181,8 @@ def parse(argv=None):
                    help="print the seeds and machine time for --target-half-width from a finished pilot run's "
                         "done.json (and the earlier comparison's spread), then exit")
     p.add_argument("--target-half-width", type=float, default=TARGET_HALF_WIDTH)
-    p.add_argument("--hours", type=float, default=5.0, help="with --size-from: the machine time available")
+    p.add_argument("--hours", type=float, default=6.0, help="the machine time available: --size-from's, and the "
+                   "report's seeds from the finished runs' spread")
     p.add_argument("--poll", type=float, default=10.0, help="seconds between progress checks")
     p.add_argument("--retries", type=int, default=5, help="a failed run is continued from its checkpoint this many "
                    "times before the next run starts")

@@ -550,6 +550,11 @@ def test_learning_report_uses_compare_statistics_by_hand(lc, tmp_path):
         assert (f"| Reinforce-Ada-Est | {axis} | +0.070 [+0.020, +0.120] (3) | {p_est:.3f} | {2 * p_est:.3f} | "
                 "no verdict: its mechanism did not engage (table above) |") in body, axis
     assert "Holm-adjusted over the 4 tests with a p" in body
+    # seeds from the spread: the largest sd of paired differences at update 2 is Est's 0.02; t(0.975, n - 1) x 0.02 /
+    # sqrt(n): n = 4 gives 3.182446 x 0.01 = 0.0318 > 0.03, n = 5 gives 2.776445 x 0.008944 = 0.0248: 5 seeds;
+    # 10 runs of 120 s: 2 min a run, 6 settings x n x 2 min <= 6 h: n <= 30
+    assert ("Reinforce-Ada-Est 0.0200; the largest, 0.0200, asks for 5 seeds for a paired half-width of 0.03; at "
+            "2.0 min a run, 30 seeds of the 6 settings fit in 6 hours.") in body
     avg_table = lines.index(next(line for line in lines if line.startswith("Held-out avg@4 at the budget")))
     greedy_table = lines.index(next(line for line in lines if line.startswith("Held-out greedy accuracy at")))
     row = next(line for line in lines[avg_table:greedy_table] if line.startswith("| Reinforce-Ada-Est |"))
