@@ -390,16 +390,16 @@ def test_learning_settings_are_the_six_of_the_design(lc):
     assert "--rollout.n_samples_per_prompt" not in flags
     for key, value in (("--eval.avg_k", "6"), ("--eval.avg_temperature", "0.7"), ("--eval.avg_seed", "0"),
                        ("--eval.temperature", "0"), ("--eval.steps", "14"), ("--local.max_steps", "40"),
-                       ("--local.max_generated_tokens", "0"), ("--local.engine", "hf")):
+                       ("--local.max_generated_tokens", "0"), ("--local.engine", "vllm")):
         assert flags[flags.index(key) + 1] == value, key
     assert "--local.eval_tokens" not in flags  # no token budget: evaluations by updates only
     budget = lc.common_flags(lc.parse(["--budget", "900", "--eval-points", "3"]))
     assert budget[budget.index("--local.eval_tokens") + 1] == "300"
     assert "--eval.avg_k" not in lc.common_flags(a, avg=False)
     assert "--eval.avg_k" not in lc.common_flags(lc.parse(["--avg-k", "0"]))
-    # the pool repeats: 64 prompts, 8 a step, 48 updates: each prompt seen 6 times
+    # the pool repeats: 32 prompts, 8 a step, 24 updates: each prompt seen 6 times
     d = lc.parse([])
-    assert (d.train_size, d.updates, d.format) == (64, 48, "cot") and d.updates * 8 // d.train_size == 6
+    assert (d.train_size, d.updates, d.format) == (32, 24, "cot") and d.updates * 8 // d.train_size == 6
 
 
 @pytest.mark.parametrize("name", ["grpo", "grpo_n8", "grpo_adora", "ada", "ada_est", "ada_adora"])
@@ -415,7 +415,7 @@ def test_learning_settings_pass_train_locals_checks(lc, tmp_path, name):
     a = lc.parse(["--out", str(tmp_path / "out")])
     args = parse_local_args(lc.train_argv(a, name, 5, str(model), str(data), str(data), resume=False))
     assert args.train.seed == 5 and args.eval.avg_k == 4 and args.eval.temperature == 0
-    assert args.local.max_steps == 48 and args.local.max_generated_tokens == 0
+    assert args.local.max_steps == 24 and args.local.max_generated_tokens == 0
     assert args.local.output_dir == lc.run_dir(a, name, 5)
     assert args.rollout.n_samples_per_prompt == (8 if name == "grpo_n8" else 4)
     assert args.rollout.n_samples_per_prompt * args.rollout.batch_size == 32  # the same trained batch
@@ -497,7 +497,7 @@ def test_learning_report_uses_compare_statistics_by_hand(lc, tmp_path):
     0 -> mean 0."""
     a = lc.parse(["--out", str(tmp_path / "out"), "--doc", str(tmp_path / "learning.md"), "--img-dir",
                   str(tmp_path / "img"), "--grid-points", "3", "--avg-k", "4", "--eval-size", "2", "--updates", "2",
-                  "--train-size", "8"])
+                  "--train-size", "8", "--seeds", "1,2,3,4"])
     data = tmp_path / "data.jsonl"
     data.write_text(json.dumps({"input": "x", "label": "1", "datasource": "easy"}) + "\n")
     G, E = {1: 0.20, 2: 0.18, 3: 0.22}, {1: 0.25, 2: 0.27, 3: 0.29}
@@ -543,7 +543,7 @@ def test_learning_report_uses_compare_statistics_by_hand(lc, tmp_path):
     p_est, p_adora = 1 - t_est / math.sqrt(t_est ** 2 + 2), 1 - t_adora / math.sqrt(t_adora ** 2 + 2)
     assert (round(p_est, 3), round(p_adora, 3), round(2 * p_est, 3), round(4 * p_adora, 3)) == (
         0.026, 0.009, 0.052, 0.037)
-    interim = "(interim: 3 of 5 pairs)"  # the design's default seeds are 1-5
+    interim = "(interim: 3 of 4 pairs)"
     for axis in ("2 updates", "equal tokens"):
         assert (f"| GRPO + ADORA | {axis} | -0.060 [-0.085, -0.035] (3) | {p_adora:.3f} | {4 * p_adora:.3f} | "
                 f"hurts {interim} |") in body, axis
@@ -655,7 +655,7 @@ def test_learning_comparison_tiny_run_resumes_and_reports(tmp_path, tiny_llama_p
     (one pair: no verdict), compare's statistics, band plots and commands; a further invocation redoes nothing; a
     run whose done.json is gone continues from its checkpoint; other settings in the same folder are refused."""
     out, doc = tmp_path / "out", tmp_path / "learning.md"
-    args = ["--model", tiny_llama_path, "--updates", "2", "--eval-points", "1", "--train-size", "8",
+    args = ["--model", tiny_llama_path, "--engine", "hf", "--updates", "2", "--eval-points", "1", "--train-size", "8",
             "--eval-size", "4", "--avg-k", "2", "--max-new-tokens", "3", "--settings", "grpo,ada_est", "--seeds", "3",
             "--no-base", "--out", str(out), "--doc", str(doc), "--img-dir", str(tmp_path / "img"), "--poll", "1"]
 
