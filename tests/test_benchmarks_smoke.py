@@ -681,7 +681,7 @@ def test_learning_comparison_tiny_run_resumes_and_reports(tmp_path, tiny_llama_p
     assert [e["tokens"] for e in done["evaluations"]] == sorted(e["tokens"] for e in done["evaluations"])
     for e in done["evaluations"]:  # avg@2 on 4 problems: a multiple of 1/8, with its standard error
         assert e["avg_at_k"] * 8 == pytest.approx(round(e["avg_at_k"] * 8)) and e["avg_at_k_se"] >= 0
-    assert "step 1, " in proc.stdout and "tokens (" in proc.stdout  # progress lines
+    assert "step 1/2, " in proc.stdout and " tokens, reward " in proc.stdout  # progress lines
     text = doc.read_text()
     assert "<!-- BEGIN learning_comparison -->" in text and "| Reinforce-Ada-Est | 3 |" in text
     assert "| GRPO n=4 | 3 |" in text and "Held-out avg@2 at the budget" in text
