@@ -105,6 +105,11 @@ EARLIER_GREEDY = {"grpo": (0.170, 0.205), "grpo_adora": (0.150, 0.095), "ada": (
 EARLIER_EVAL_SIZE = 200
 
 
+def task(a) -> dict:
+    """TASK with --max-digits (1: easier problems, a higher pass rate)."""
+    return {**TASK, "max_digits": a.max_digits}
+
+
 def flag_value(flags: List[str], flag: str, default=None):
     return flags[flags.index(flag) + 1] if flag in flags else default
 
@@ -159,7 +164,7 @@ def prepare_data(a) -> tuple:
     folder = os.path.join(a.out, "data")
     os.makedirs(folder, exist_ok=True)
     train, heldout = os.path.join(folder, "train.jsonl"), os.path.join(folder, "eval.jsonl")
-    config = {k: v for k, v in TASK.items() if k != "dataset"}
+    config = {k: v for k, v in task(a).items() if k != "dataset"}
     config["template"] = TEMPLATES[a.format]
     if not (os.path.isfile(train) and os.path.isfile(heldout)):
         write_demo_dataset(train + ".tmp", a.train_size, seed=0, dataset=TASK["dataset"], datasource="difficulty",
@@ -1005,8 +1010,9 @@ def report(a, base: Optional[dict], train: str, heldout: str) -> str:
     lines.append("")
     question = (TEMPLATES[a.format] or "What is {expression}? Answer with just the number.").format(
         expression="43 - 7 + 12")
-    lines.append(f"Task: reasoning-gym `chain_sum`, {TASK['min_terms']}-{TASK['max_terms']} terms of "
-                 f"{TASK['min_digits']}-{TASK['max_digits']} digits (\"{question}\", at most {a.max_new_tokens} new "
+    t = task(a)
+    lines.append(f"Task: reasoning-gym `chain_sum`, {t['min_terms']}-{t['max_terms']} terms of "
+                 f"{t['min_digits']}-{t['max_digits']} digits (\"{question}\", at most {a.max_new_tokens} new "
                  f"tokens), scored by `openrlhf_ada/rewards/gym.py`. {a.train_size} training problems "
                  f"{difficulty_counts(train)}; {a.eval_size} held-out problems {difficulty_counts(heldout)}, "
                  "written with another seed, none of them a training problem (checked).")
@@ -1143,10 +1149,12 @@ def parse(argv=None):
                    "this number, axis 2 at the generated tokens every run reaches by then")
     p.add_argument("--budget", type=int, default=0, help="also stop at this many generated tokens (0: no token "
                    "budget; the earlier design's stop rule)")
-    p.add_argument("--eval-points", type=int, default=3, help="evaluations during a run (every --updates / this "
+    p.add_argument("--eval-points", type=int, default=2, help="evaluations during a run (every --updates / this "
                    "updates, and at its end), besides the one before training")
     p.add_argument("--train-size", type=int, default=32, help="training prompts: a pool that repeats, each prompt "
                    f"seen once every --train-size / {PROMPTS_PER_STEP} updates")
+    p.add_argument("--max-digits", type=int, choices=[1, 2], default=2, help="digits per term at most (1: easier "
+                   "problems, for a pool whose base pass rate leaves too little signal)")
     p.add_argument("--format", choices=sorted(TEMPLATES), default="cot", help="the question's wording: a short "
                    "chain of thought (partial sums, answer last) or just the number")
     p.add_argument("--eval-size", type=int, default=50)
@@ -1215,7 +1223,7 @@ def check_config(a) -> None:
     keys = ("updates", "budget", "format", "eval_points", "train_size", "eval_size", "avg_k", "avg_temperature", "avg_seed",
             "max_new_tokens", "lr", "engine", "model")
     config = {k: getattr(a, k) for k in keys}
-    config["task"] = TASK
+    config["task"] = task(a)
     config["settings"] = {k: v[1] for k, v in SETTINGS.items()}
     path = os.path.join(a.out, "config.json")
     if os.path.isfile(path):

@@ -752,3 +752,17 @@ def test_rollout_realistic_totals_and_length_bias_by_hand():
     assert b["finished"] == pytest.approx(380 / 26) and (b["cancelled"], b["cancelled_n"]) == (10.0, 2)
     # ADORA: group 1 longest correct 40 > mean wrong 25 (advantageous); group 3: 8 > 8 is not
     assert (b["advantageous"], b["signal_groups"]) == (0.5, 2)
+
+
+def test_learning_max_digits_writes_easier_problems_and_is_part_of_the_config(lc, tmp_path):
+    """--max-digits 1: every training and held-out problem has 1-digit terms (its datasource says so); the
+    chain-of-thought wording is the question; a folder written with 2 digits refuses --max-digits 1."""
+    a = lc.parse(["--out", str(tmp_path / "one"), "--max-digits", "1", "--train-size", "8", "--eval-size", "4"])
+    lc.check_config(a)
+    train, heldout = lc.prepare_data(a)
+    rows = [json.loads(line) for path in (train, heldout) for line in open(path)]
+    assert len(rows) == 12 and all(r["datasource"].endswith("_1digit") for r in rows)
+    assert all("Work it out one term at a time" in r["input"] for r in rows)
+    b = lc.parse(["--out", str(tmp_path / "one"), "--train-size", "8", "--eval-size", "4"])
+    with pytest.raises(SystemExit, match="other settings"):
+        lc.check_config(b)
