@@ -683,7 +683,7 @@ def test_learning_comparison_tiny_run_resumes_and_reports(tmp_path, tiny_llama_p
         assert e["avg_at_k"] * 8 == pytest.approx(round(e["avg_at_k"] * 8)) and e["avg_at_k_se"] >= 0
     assert "step 1/2, " in proc.stdout and " tokens, reward " in proc.stdout  # progress lines
     text = doc.read_text()
-    assert "<!-- BEGIN learning_comparison -->" in text and "| Reinforce-Ada-Est | 3 |" in text
+    assert "<!-- BEGIN learning_comparison_v2 -->" in text and "| Reinforce-Ada-Est | 3 |" in text
     assert "| GRPO n=4 | 3 |" in text and "Held-out avg@2 at the budget" in text
     # Est's estimator read update 2: its prompts were seen at update 1 (whether it moved the allocation is the
     # tiny model's business: the check's verdict is not asserted, only that it was read)
