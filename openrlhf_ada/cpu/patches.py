@@ -584,10 +584,36 @@ def _patch_deepspeed_cpu_info() -> None:
     _after_import("cpuinfo", patch)
 
 
+def _patch_deepspeed_sequential_allgather() -> None:
+    """DeepSpeed's ZeRO-3 gathers a module's parameters together (``Init._allgather_params_coalesced``,
+    deepspeed/runtime/zero/partition_parameters.py, which ``GatheredParameters`` and transformers' ZeRO-3 loader use
+    module by module) by starting one asynchronous all-gather per parameter and waiting for the last one only. NCCL
+    runs a stream's collectives in order, so the last one done means all are; gloo runs them on a thread pool, so an
+    earlier gather may still be writing when the gathered tensors are read, and a weight just loaded can be overwritten
+    with uninitialised shard memory. A module with more than one parameter (a Linear with a bias) then loads as garbage
+    or NaN, a different module each run. On gloo every unquantised gather goes through DeepSpeed's own sequential path
+    (``_allgather_params_sequential``, one blocking all-gather per parameter); quantised ones stay as they were."""
+
+    def patch(module):
+        init = module.Init
+        original = init._allgather_params_coalesced
+
+        def _allgather_params_coalesced(self, param_list, hierarchy=0, quantize=False):
+            if quantize:
+                return original(self, param_list, hierarchy, quantize=quantize)
+            return self._allgather_params_sequential(param_list, hierarchy=hierarchy)
+
+        _allgather_params_coalesced.__wrapped__ = original
+        init._allgather_params_coalesced = _allgather_params_coalesced
+
+    _after_import("deepspeed.runtime.zero.partition_parameters", patch)
+
+
 #: driver and Ray workers: everything; vLLM's own processes: only what runs there (torch.cuda stays untouched).
 _PROCESS_PATCHES = (_patch_triton_cross_entropy, _patch_cuda_device_calls, _patch_weight_sync_group,
                     _patch_vllm_weight_receive, _patch_vllm_sleep_mode, _patch_vllm_kv_cache_size,
-                    _patch_vllm_single_process_worker, _patch_vision_without_torchvision, _patch_deepspeed_cpu_info)
+                    _patch_vllm_single_process_worker, _patch_vision_without_torchvision, _patch_deepspeed_cpu_info,
+                    _patch_deepspeed_sequential_allgather)
 _VLLM_PATCHES = (_patch_weight_sync_group, _patch_vllm_weight_receive, _patch_vllm_sleep_mode,
                  _patch_vllm_kv_cache_size, _patch_vllm_single_process_worker, _patch_vision_without_torchvision)
 
