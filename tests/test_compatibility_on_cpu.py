@@ -23,28 +23,17 @@ Each run switches on several upstream features at once and checks each of them f
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+import siblings
 import torch
 
-
-def _pipeline_helpers():
-    """tests/test_pipeline_on_cpu.py's run helpers (no tests/__init__.py: the openrlhf wheel owns `tests`)."""
-    spec = importlib.util.spec_from_file_location("_pipeline_helpers", Path(__file__).with_name("test_pipeline_on_cpu.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks its module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-_p = _pipeline_helpers()
+_p = siblings.load("test_pipeline_on_cpu.py")
 assert_ok, common_flags, jsonl_rows, launch, sync_is_real, write_prompts = (
     _p.assert_ok, _p.common_flags, _p.jsonl_rows, _p.launch, _p.sync_is_real, _p.write_prompts)
 

@@ -15,21 +15,15 @@ docs/compatibility.md.
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
+import siblings
 
-_spec = importlib.util.spec_from_file_location("_pipeline_helpers", Path(__file__).with_name("test_pipeline_on_cpu.py"))
-pipeline = sys.modules.setdefault(_spec.name, importlib.util.module_from_spec(_spec))  # its dataclass looks it up
-_spec.loader.exec_module(pipeline)
-_compat_spec = importlib.util.spec_from_file_location("_compatibility_helpers",
-                                                      Path(__file__).with_name("test_compatibility_on_cpu.py"))
-compat = importlib.util.module_from_spec(_compat_spec)
-_compat_spec.loader.exec_module(compat)
+pipeline = siblings.load("test_pipeline_on_cpu.py")
+compat = siblings.load("test_compatibility_on_cpu.py")
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -12,12 +12,10 @@ a causal-LM checkpoint for sequence regression: its rewards are arbitrary but re
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import siblings
 import torch
 from openrlhf.trainer.ppo_utils.experience import Experience
 
@@ -222,13 +220,8 @@ def test_adora_weights_come_from_the_reward_models_rewards(monkeypatch):
 
 
 def pipeline_helpers():
-    """tests/test_pipeline_on_cpu.py's run helpers (launch, flags, checks), loaded by path: the openrlhf wheel has a
-    top-level package named `tests` of its own."""
-    spec = importlib.util.spec_from_file_location("pipeline_helpers", Path(__file__).with_name("test_pipeline_on_cpu.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks its module up there
-    spec.loader.exec_module(module)
-    return module
+    """tests/test_pipeline_on_cpu.py's run helpers (launch, flags, checks)."""
+    return siblings.load("test_pipeline_on_cpu.py")
 
 
 @pytest.mark.slow

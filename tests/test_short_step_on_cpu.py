@@ -15,13 +15,12 @@ launcher (tests/test_pipeline_on_cpu.py's harness) that shows both.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import siblings
 import torch
 from openrlhf.trainer.ppo_utils.experience import Experience, make_experience_batch
 
@@ -136,14 +135,7 @@ def test_every_sample_gets_the_same_key_order_so_micro_batches_agree_across_rank
 def pipeline_harness():
     """tests/test_pipeline_on_cpu.py's helpers (launch, common_flags, jsonl_rows, ...): pytest imports test files
     by path (--import-mode=importlib), so this one is loaded the same way."""
-    path = Path(__file__).with_name("test_pipeline_on_cpu.py")
-    name = "_pipeline_harness"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # its dataclass looks its module up while it is defined
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return siblings.load("test_pipeline_on_cpu.py")
 
 
 # One prompt ("right-*") is answered right by every sample, the others by none. A right answer logs `correct_hundred`

@@ -3,7 +3,8 @@
 
 1. The project's launcher (`python -m openrlhf_ada.cli.train_ppo_ray`): DeepSpeed ZeRO-3 on 2 actor ranks, 2 vLLM
    engines, the weight sync of the whole vision-language policy (vision tower included) after every step, ADORA's
-   `paper_vl` rule and Reinforce-Ada Seq rounds. Each prompt's picture has its own size, so its image-token count
+   `paper_vl` rule and Reinforce-Ada Seq rounds with `--ada.cancel` (samples stream back from the engines one by one,
+   the path that carries the picture differs from the round's batch dispatch, which the Est run below takes). Each prompt's picture has its own size, so its image-token count
    (one per 28 x 28 pixels) names the picture wherever a sequence goes.
    The reward file (one per engine, each a separate process) records every sample it scores: the image tokens vLLM
    expanded in the prompt (so the picture reached the engine with every round, and it was that prompt's picture) and
@@ -22,25 +23,14 @@ included (the tiny model's vision tower trains: upstream freezes it only with --
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+import siblings
 
-
-def _pipeline_helpers():
-    """tests/test_pipeline_on_cpu.py's run helpers (no tests/__init__.py: the openrlhf wheel owns `tests`)."""
-    spec = importlib.util.spec_from_file_location("_pipeline_helpers", Path(__file__).with_name("test_pipeline_on_cpu.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks its module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-_p = _pipeline_helpers()
+_p = siblings.load("test_pipeline_on_cpu.py")
 assert_ok, jsonl_rows, launch = _p.assert_ok, _p.jsonl_rows, _p.launch
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -131,13 +121,14 @@ def vl_flags(model: str, data: str, reward: str, out: Path) -> list:
         "--algo.advantage.is_correction_level", "token", "--algo.advantage.is_correction_gating", "tv",
         "--algo.advantage.is_correction_threshold", str(TV_DELTA),
         "--adora.enable", "--adora.variant", "paper_vl",
-        "--ada.enable", "--ada.round_size", "2", "--ada.max_rounds", "3", "--train.num_episodes", "1",
+        "--ada.enable", "--ada.round_size", "2", "--ada.max_rounds", "3", "--ada.cancel", "--train.num_episodes", "1",
     ]
 
 
 def test_launcher_trains_the_vision_language_model_zero3_two_engines_adora_paper_vl_and_rounds(tmp_path, tiny_vl_path):
     """8 prompts (6 resolved in round 2, 2 never) in batches of 4, n = 4: 2 steps of 16 samples on 2 ZeRO-3 ranks,
-    rounds of 2 samples on 2 engines."""
+    rounds of 2 samples on 2 engines, streamed (--ada.cancel). A mixed prompt's exit holds only with its round's last
+    sample, so the scripted rewards leave nothing to cancel: the counts below are exact."""
     counts, log = tmp_path / "counts", tmp_path / "rewards.jsonl"
     counts.mkdir()
     reward = tmp_path / "reward.py"
@@ -160,6 +151,7 @@ def test_launcher_trains_the_vision_language_model_zero3_two_engines_adora_paper
     rows = jsonl_rows(tmp_path / "ckpt" / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2] and [r["rollout/num_samples"] for r in rows] == [16, 16]
     assert sum(r["ada_samples_generated"] for r in rows) == len(calls) == 6 * 4 + 2 * 6
+    assert [r["ada_cancelled_requests"] for r in rows] == [0, 0]  # cancel on (the key is logged with it), none cut
 
     # The trained samples and the engines' samples agree token by token, with each sample's own picture, at step 1
     # (the engines' start-up weights) and step 2 (after the first sync of the updated policy).
