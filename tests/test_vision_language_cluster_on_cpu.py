@@ -4,12 +4,14 @@
 1. The project's launcher (`python -m openrlhf_ada.cli.train_ppo_ray`): DeepSpeed ZeRO-3 on 2 actor ranks, 2 vLLM
    engines, the weight sync of the whole vision-language policy (vision tower included) after every step, ADORA's
    `paper_vl` rule and Reinforce-Ada Seq rounds with `--ada.cancel` (samples stream back from the engines one by one,
-   the path that carries the picture differs from the round's batch dispatch, which the Est run below takes). Each prompt's picture has its own size, so its image-token count
-   (one per 28 x 28 pixels) names the picture wherever a sequence goes.
+   the path that carries the picture differs from the round's batch dispatch, which the Est run below takes). Each
+   prompt's picture has its own size, so its image-token count (one per 28 x 28 pixels) names the picture wherever a
+   sequence goes.
    The reward file (one per engine, each a separate process) records every sample it scores: the image tokens vLLM
    expanded in the prompt (so the picture reached the engine with every round, and it was that prompt's picture) and
    the prompt's call count (kept in a file shared by the engines, so the scripted outcomes are exact whichever engine
    runs a round).
+   The same run with none of the project's flags (upstream's generation of n per prompt) is checked the same way.
 2. The shipped script `examples/scripts/train_adora_vl_grpo.sh`, unchanged, through `ray job submit` (what `make
    cluster-demo ARGS="--script train_adora_vl_grpo.sh"` does) on the shapes task, with Reinforce-Ada-Est added.
 
@@ -106,7 +108,8 @@ def write_data(path: Path) -> str:
     return str(path)
 
 
-def vl_flags(model: str, data: str, reward: str, out: Path) -> list:
+def vl_flags(model: str, data: str, reward: str, out: Path, project: bool = True) -> list:
+    """The launcher's flags; `project`: ADORA paper_vl and Seq rounds with cancel, else none of the project's."""
     return [
         "--actor.model_name_or_path", model, "--data.prompt_dataset", data, "--data.input_key", "input",
         "--data.label_key", "label", "--data.image_key", "images", "--data.max_images_per_prompt", "1",
@@ -120,9 +123,9 @@ def vl_flags(model: str, data: str, reward: str, out: Path) -> list:
         "--algo.advantage.estimator", "group_norm", "--algo.kl.init_coef", "0",
         "--algo.advantage.is_correction_level", "token", "--algo.advantage.is_correction_gating", "tv",
         "--algo.advantage.is_correction_threshold", str(TV_DELTA),
-        "--adora.enable", "--adora.variant", "paper_vl",
-        "--ada.enable", "--ada.round_size", "2", "--ada.max_rounds", "3", "--ada.cancel", "--train.num_episodes", "1",
-    ]
+        "--train.num_episodes", "1",
+    ] + (["--adora.enable", "--adora.variant", "paper_vl",
+          "--ada.enable", "--ada.round_size", "2", "--ada.max_rounds", "3", "--ada.cancel"] if project else [])
 
 
 def test_launcher_trains_the_vision_language_model_zero3_two_engines_adora_paper_vl_and_rounds(tmp_path, tiny_vl_path):
@@ -169,6 +172,31 @@ def test_launcher_trains_the_vision_language_model_zero3_two_engines_adora_paper
         assert r["adora_weight_mean"] == pytest.approx(1 - (1 - ATTENUATE) * attenuated, abs=1e-5), r
         if r["rollout/response_length_mean"] == MAX_NEW:
             assert attenuated == 1.0 and r["adora_weight_mean"] == pytest.approx(ATTENUATE), r
+
+
+def test_launcher_trains_the_vision_language_model_with_the_projects_features_off(tmp_path, tiny_vl_path):
+    """The same 8 prompts and settings with none of the project's flags: upstream's generation (one request of n = 4
+    per prompt, its calls 0-3: 2 wrong, 2 right for a mixed prompt), 2 steps of 16 samples."""
+    counts, log = tmp_path / "counts", tmp_path / "rewards.jsonl"
+    counts.mkdir()
+    reward = tmp_path / "reward.py"
+    reward.write_text(REWARD.format(counts=str(counts), log=str(log)))
+    run = launch("openrlhf_ada.cli.train_ppo_ray", vl_flags(tiny_vl_path, write_data(tmp_path / "data.jsonl"),
+                                                            str(reward), tmp_path, project=False), tmp_path / "run.log")
+    assert_ok(run)
+
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    for c in calls:  # every sample reached its engine with its own prompt's picture
+        assert c["image_tokens"] == image_tokens(c["label"]), c
+        assert c["prompt_placeholders"] <= 1, c
+    assert sorted(c["label"] for c in calls) == sorted(label_of(i) for i in range(PROMPTS) for _ in range(N))
+
+    rows = jsonl_rows(tmp_path / "ckpt" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2] and [r["rollout/num_samples"] for r in rows] == [16, 16]
+    assert not any(key.startswith("adora_") for r in rows for key in r), rows[0].keys()  # no ADORA weights
+    assert all(abs(r["vllm_kl"]) <= VL_SYNC_KL_LIMIT for r in rows), [r["vllm_kl"] for r in rows]
+    assert [r["is_filter_ratio"] for r in rows] == [0.0, 0.0], [r["is_filter_ratio"] for r in rows]
+    assert rows[0]["actor_grad_norm"] > 0  # the policy moved at step 1: a stale engine would show at step 2
 
 
 def test_shipped_vl_script_through_ray_job_submit_with_est(tmp_path):
