@@ -128,39 +128,49 @@ def vl_flags(model: str, data: str, reward: str, out: Path, project: bool = True
           "--ada.enable", "--ada.round_size", "2", "--ada.max_rounds", "3", "--ada.cancel"] if project else [])
 
 
-def test_launcher_trains_the_vision_language_model_zero3_two_engines_adora_paper_vl_and_rounds(tmp_path, tiny_vl_path):
-    """8 prompts (6 resolved in round 2, 2 never) in batches of 4, n = 4: 2 steps of 16 samples on 2 ZeRO-3 ranks,
-    rounds of 2 samples on 2 engines, streamed (--ada.cancel). A mixed prompt's exit holds only with its round's last
-    sample, so the scripted rewards leave nothing to cancel: the counts below are exact."""
+def run_launcher(tmp_path: Path, model: str, project: bool = True):
+    """Launch the 8-prompt run (`vl_flags`) and check what every run must show; returns (calls, rows): the reward
+    file's calls and metrics.jsonl's rows.
+
+    Every call reached an engine with its own prompt's picture (vLLM expanded the prompt's one placeholder into the
+    picture's own number of image tokens). 2 steps of 16 samples; the trained samples and the engines' samples agree
+    token by token, with each sample's own picture, at step 1 (the engines' start-up weights) and step 2 (after the
+    first sync of the updated policy)."""
     counts, log = tmp_path / "counts", tmp_path / "rewards.jsonl"
     counts.mkdir()
     reward = tmp_path / "reward.py"
     reward.write_text(REWARD.format(counts=str(counts), log=str(log)))
-    run = launch("openrlhf_ada.cli.train_ppo_ray", vl_flags(tiny_vl_path, write_data(tmp_path / "data.jsonl"),
-                                                            str(reward), tmp_path), tmp_path / "run.log")
+    run = launch("openrlhf_ada.cli.train_ppo_ray", vl_flags(model, write_data(tmp_path / "data.jsonl"), str(reward),
+                                                            tmp_path, project=project), tmp_path / "run.log")
     assert_ok(run)
 
-    # Every round of every prompt reached an engine with that prompt's picture: vLLM expanded the prompt's one
-    # placeholder into the picture's own number of image tokens. Mixed prompts: 2 rounds, never: 3.
     calls = [json.loads(line) for line in log.read_text().splitlines()]
-    by_label = {}
     for c in calls:
-        by_label.setdefault(c["label"], []).append(c)
         assert c["image_tokens"] == image_tokens(c["label"]), c
         assert c["prompt_placeholders"] <= 1, c
-    assert {label: len(cs) for label, cs in by_label.items()} == {
-        label_of(i): 6 if i >= PROMPTS - NEVER else 4 for i in range(PROMPTS)}
 
     rows = jsonl_rows(tmp_path / "ckpt" / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2] and [r["rollout/num_samples"] for r in rows] == [16, 16]
-    assert sum(r["ada_samples_generated"] for r in rows) == len(calls) == 6 * 4 + 2 * 6
-    assert [r["ada_cancelled_requests"] for r in rows] == [0, 0]  # cancel on (the key is logged with it), none cut
-
-    # The trained samples and the engines' samples agree token by token, with each sample's own picture, at step 1
-    # (the engines' start-up weights) and step 2 (after the first sync of the updated policy).
     assert all(abs(r["vllm_kl"]) <= VL_SYNC_KL_LIMIT for r in rows), [r["vllm_kl"] for r in rows]
     assert [r["is_filter_ratio"] for r in rows] == [0.0, 0.0], [r["is_filter_ratio"] for r in rows]
     assert rows[0]["actor_grad_norm"] > 0  # the policy moved at step 1: a stale engine would show at step 2
+    return calls, rows
+
+
+def test_launcher_trains_the_vision_language_model_zero3_two_engines_adora_paper_vl_and_rounds(tmp_path, tiny_vl_path):
+    """8 prompts (6 resolved in round 2, 2 never) in batches of 4, n = 4: 2 steps of 16 samples on 2 ZeRO-3 ranks,
+    rounds of 2 samples on 2 engines, streamed (--ada.cancel). A mixed prompt's exit holds only with its round's last
+    sample, so the scripted rewards leave nothing to cancel: the counts below are exact."""
+    calls, rows = run_launcher(tmp_path, tiny_vl_path)
+
+    # Every round of every prompt reached an engine (with its picture: run_launcher). Mixed prompts: 2 rounds, never: 3.
+    by_label = {}
+    for c in calls:
+        by_label.setdefault(c["label"], []).append(c)
+    assert {label: len(cs) for label, cs in by_label.items()} == {
+        label_of(i): 6 if i >= PROMPTS - NEVER else 4 for i in range(PROMPTS)}
+    assert sum(r["ada_samples_generated"] for r in rows) == len(calls) == 6 * 4 + 2 * 6
+    assert [r["ada_cancelled_requests"] for r in rows] == [0, 0]  # cancel on (the key is logged with it), none cut
 
     # ADORA paper_vl: one weight per group, 1 or ATTENUATE; the 2 groups without a correct sample are attenuated
     # (no length advantage). When every response ran to MAX_NEW (truncated: the tiny model seldom ends one), no
@@ -177,26 +187,9 @@ def test_launcher_trains_the_vision_language_model_zero3_two_engines_adora_paper
 def test_launcher_trains_the_vision_language_model_with_the_projects_features_off(tmp_path, tiny_vl_path):
     """The same 8 prompts and settings with none of the project's flags: upstream's generation (one request of n = 4
     per prompt, its calls 0-3: 2 wrong, 2 right for a mixed prompt), 2 steps of 16 samples."""
-    counts, log = tmp_path / "counts", tmp_path / "rewards.jsonl"
-    counts.mkdir()
-    reward = tmp_path / "reward.py"
-    reward.write_text(REWARD.format(counts=str(counts), log=str(log)))
-    run = launch("openrlhf_ada.cli.train_ppo_ray", vl_flags(tiny_vl_path, write_data(tmp_path / "data.jsonl"),
-                                                            str(reward), tmp_path, project=False), tmp_path / "run.log")
-    assert_ok(run)
-
-    calls = [json.loads(line) for line in log.read_text().splitlines()]
-    for c in calls:  # every sample reached its engine with its own prompt's picture
-        assert c["image_tokens"] == image_tokens(c["label"]), c
-        assert c["prompt_placeholders"] <= 1, c
+    calls, rows = run_launcher(tmp_path, tiny_vl_path, project=False)
     assert sorted(c["label"] for c in calls) == sorted(label_of(i) for i in range(PROMPTS) for _ in range(N))
-
-    rows = jsonl_rows(tmp_path / "ckpt" / "metrics.jsonl")
-    assert [r["step"] for r in rows] == [1, 2] and [r["rollout/num_samples"] for r in rows] == [16, 16]
     assert not any(key.startswith("adora_") for r in rows for key in r), rows[0].keys()  # no ADORA weights
-    assert all(abs(r["vllm_kl"]) <= VL_SYNC_KL_LIMIT for r in rows), [r["vllm_kl"] for r in rows]
-    assert [r["is_filter_ratio"] for r in rows] == [0.0, 0.0], [r["is_filter_ratio"] for r in rows]
-    assert rows[0]["actor_grad_norm"] > 0  # the policy moved at step 1: a stale engine would show at step 2
 
 
 def test_shipped_vl_script_through_ray_job_submit_with_est(tmp_path):
