@@ -942,12 +942,46 @@ def sizing_lines(a, runs: List[dict]) -> List[str]:
             f"a paired half-width of {a.target_half_width:g}; at {s['run_hours'] * 60:.1f} min a run, {fit} seeds of "
             f"the {s['settings']} settings fit in {a.hours:g} hours.", ""]
 
+FAMILY = [(name, axis) for name in SETTINGS if name != REFERENCE for axis in ("updates", "tokens")]  # 10 tests
+
+
+def primary_verdicts(tests: Dict[tuple, dict], engaged: Dict[str, Optional[bool]], planned: int) -> Dict[tuple, dict]:
+    """The verdict rule stated before the runs, for the design's whole family (FAMILY: both axes for every setting
+    besides the reference, 10 tests, whichever settings were run). `tests[(name, axis)]` holds the paired test's
+    `n`, `mean` and `p` (None with one pair); `engaged[name]` whether the setting's mechanism engaged in every run
+    (None: unread). Holm's correction over all 10 at ALPHA, a test not run yet or without a p counted at p = 1:
+    Holm's adjusted p values never fall when another test's p rises, so an adjusted p can only fall as tests come
+    in. Helps or hurts (the sign of the mean) when rejected, else no difference shown; no verdict where the mechanism
+    did not engage or could not be read, and none before every test of the family has `planned` pairs (an interim
+    look gives none). Returns {(name, axis): {"adjusted", "rule"}} for the tests that ran."""
+    from openrlhf_ada.analysis.mechanisms import holm
+
+    corrected = holm({k: (tests[k]["p"] if k in tests and tests[k]["p"] is not None else 1.0) for k in FAMILY}, ALPHA)
+    ready = sum(k in tests and tests[k]["p"] is not None and tests[k]["n"] >= planned for k in FAMILY)
+    out = {}
+    for key, t in tests.items():
+        c, state = corrected[key], engaged.get(key[0])
+        if state is False:
+            rule = "no verdict: its mechanism did not engage (table above)"
+        elif state is None:
+            rule = "no verdict: its mechanism could not be read (table above)"
+        elif t["p"] is None:
+            rule = f"no verdict ({t['n']} paired seed)"
+        elif ready < len(FAMILY):
+            rule = f"interim, no verdict: {ready} of {len(FAMILY)} tests have {planned} pairs"
+        elif c["reject"]:
+            rule = "helps" if t["mean"] > 0 else "hurts"
+        else:
+            rule = "no difference shown"
+        out[key] = {"adjusted": c["adjusted"] if t["p"] is not None else None, "rule": rule}
+    return out
+
+
 def verdict_lines(a, runs: List[dict], checks: Dict[tuple, dict], result: dict, metric: str) -> List[str]:
     """The primary tests stated before the runs: per setting, held-out avg@k paired against GRPO n=4 at the last
-    update (axis 1) and at the generated tokens every run reaches (axis 2, compare's value); Holm's correction over
-    all of them (every test with a p counts in m, also a setting left without a verdict); a verdict only where the
-    setting's mechanism engaged in every run."""
-    from openrlhf_ada.analysis.mechanisms import holm, paired_t_p
+    update (axis 1) and at the generated tokens every run reaches (axis 2, compare's value), with the verdicts of
+    `primary_verdicts` (Holm over the design's 10 tests) and a row for each test not run yet."""
+    from openrlhf_ada.analysis.mechanisms import paired_t_p
 
     key = "avg_at_k" if a.avg_k else "accuracy"
     axis1 = last_update_values(runs, key, a.updates)
@@ -964,36 +998,28 @@ def verdict_lines(a, runs: List[dict], checks: Dict[tuple, dict], result: dict, 
             tests[(name, "tokens")] = {**d2, "p": paired_t_p(list(d2["values"].values()))}
     if not tests:
         return []
-    corrected = holm({k: t["p"] for k, t in tests.items()}, ALPHA)
-    m = sum(t["p"] is not None for t in tests.values())
+    verdicts = primary_verdicts(tests, {name: setting_engaged(checks, name) for name in SETTINGS}, len(a.seeds))
+    m = len(FAMILY)
     covered = tokens_range(result, metric) if result else None
     what = f"held-out avg@{a.avg_k}" if a.avg_k else "held-out greedy accuracy"
     lines = [f"**Primary tests** (stated before the runs): {what} minus {label(REFERENCE)}'s, paired by seed, at "
              f"update {a.updates} (axis 1: equal updates, equal trained batch) and at "
              + (f"{covered[1]:.0f} generated tokens" if covered else "the largest token count every run reaches")
              + f" (axis 2: equal generated tokens); mean [95% t interval], the paired t test's p, Holm-adjusted over "
-             f"the {m} tests with a p (family-wise {ALPHA:g}). Verdict: helps or hurts when the adjusted p is at most "
-             f"{ALPHA:g} (by the sign of the mean), else no difference shown; none where the mechanism did not "
-             "engage.", "",
+             f"the design's {m} tests (family-wise {ALPHA:g}; a test not run yet or with one pair counted at p = 1). "
+             f"Verdict: helps or hurts when the adjusted p is at most {ALPHA:g} (by the sign of the mean), else no "
+             f"difference shown; none where the mechanism did not engage, and none before all {m} tests have "
+             f"{len(a.seeds)} pairs.", "",
              "| setting | axis | difference | p | Holm-adjusted p | verdict |", "|---|---|---|---|---|---|"]
-    for (name, axis), t in tests.items():
-        c = corrected[(name, axis)]
-        engaged = setting_engaged(checks, name)
-        if engaged is False:
-            rule = "no verdict: its mechanism did not engage (table above)"
-        elif engaged is None:
-            rule = "no verdict: its mechanism could not be read (table above)"
-        elif c["adjusted"] is None:
-            rule = f"no verdict ({t['n']} paired seed)"
-        elif c["reject"]:
-            rule = "helps" if t["mean"] > 0 else "hurts"
-        else:
-            rule = "no difference shown"
-        if engaged and t["n"] < len(a.seeds):
-            rule += f" (interim: {t['n']} of {len(a.seeds)} pairs)"
+    for name, axis in FAMILY:
         axis_text = f"{a.updates} updates" if axis == "updates" else "equal tokens"
-        lines.append(f"| {label(name)} | {axis_text} | {_ci(t, signed=True)} ({t['n']}) | {_num(c['p'])} | "
-                     f"{_num(c['adjusted'])} | {rule} |")
+        t = tests.get((name, axis))
+        if t is None:
+            lines.append(f"| {label(name)} | {axis_text} | not run yet | 1 (counted) | - | - |")
+            continue
+        v = verdicts[(name, axis)]
+        lines.append(f"| {label(name)} | {axis_text} | {_ci(t, signed=True)} ({t['n']}) | {_num(t['p'])} | "
+                     f"{_num(v['adjusted'])} | {v['rule']} |")
     lines.append("")
     return lines
 

@@ -438,6 +438,42 @@ def test_learning_verdict_rule(lc):
         "no difference larger than the interval")
 
 
+def test_learning_primary_verdicts_holm_over_the_designs_ten_by_hand(lc):
+    """Holm over the 10 tests by hand: p sorted 0.001, 0.004, 0.006, 0.010, then 0.5 x 6; adjusted 10 x 0.001 =
+    0.010, 9 x 0.004 = 0.036, 8 x 0.006 = 0.048 (all at most 0.05: rejected), 7 x 0.010 = 0.070 (not), the rest
+    running maximum min(1, 6 x 0.5) = 1."""
+    ps = {("ada", "updates"): (0.001, +0.05), ("ada", "tokens"): (0.004, -0.03), ("ada_est", "updates"): (0.006, 0.02),
+          ("grpo_n8", "updates"): (0.010, -0.04)}
+    tests = {k: {"n": 3, "mean": ps.get(k, (0.5, 0.01))[1], "p": ps.get(k, (0.5, 0.01))[0]} for k in lc.FAMILY}
+    assert len(tests) == 10 and ("grpo", "updates") not in tests
+    engaged = {name: True for name in lc.SETTINGS}
+    out = lc.primary_verdicts(tests, engaged, 3)
+    expect = {("ada", "updates"): (0.010, "helps"), ("ada", "tokens"): (0.036, "hurts"),
+              ("ada_est", "updates"): (0.048, "helps"), ("grpo_n8", "updates"): (0.070, "no difference shown"),
+              ("grpo_adora", "tokens"): (1.0, "no difference shown")}
+    for key, (adjusted, rule) in expect.items():
+        assert out[key]["adjusted"] == pytest.approx(adjusted) and out[key]["rule"] == rule, (key, out[key])
+    # a setting whose mechanism did not engage (or could not be read) gets no verdict, whatever its p
+    out = lc.primary_verdicts(tests, {**engaged, "ada": False, "ada_est": None}, 3)
+    assert out[("ada", "updates")]["rule"] == "no verdict: its mechanism did not engage (table above)"
+    assert out[("ada_est", "updates")]["rule"] == "no verdict: its mechanism could not be read (table above)"
+    assert out[("grpo_n8", "updates")]["rule"] == "no difference shown"
+    # a look before the family is complete gives no verdict, and counts the missing test at p = 1: with Est's
+    # tokens test gone, the four smallest keep their ranks (10, 9, 8, 7 x p)
+    partial = {k: v for k, v in tests.items() if k != ("ada_est", "tokens")}
+    out = lc.primary_verdicts(partial, engaged, 3)
+    assert out[("ada", "updates")] == {"adjusted": pytest.approx(0.010),
+                                       "rule": "interim, no verdict: 9 of 10 tests have 3 pairs"}
+    assert out[("grpo_n8", "updates")]["adjusted"] == pytest.approx(0.070)
+    # fewer pairs than planned, or a test without a p (one pair), is waiting too
+    out = lc.primary_verdicts(tests, engaged, 4)
+    assert out[("ada", "updates")]["rule"] == "interim, no verdict: 0 of 10 tests have 4 pairs"
+    one = {**tests, ("ada_adora", "updates"): {"n": 1, "mean": 0.1, "p": None}}
+    out = lc.primary_verdicts(one, engaged, 3)
+    assert out[("ada_adora", "updates")] == {"adjusted": None, "rule": "no verdict (1 paired seed)"}
+    assert out[("ada", "updates")]["rule"] == "interim, no verdict: 9 of 10 tests have 3 pairs"
+
+
 def test_learning_sign_test_by_hand(lc):
     """Two-sided exact sign test: 7 of 7 below 0 -> 2 x (1/2)^7 = 0.015625; 1 of 3 above -> 2 x (1 + 3) / 8 = 1;
     1 of 6 below -> 2 x (1 + 6) / 64 = 0.21875; a zero is dropped: 2 of 2 above -> 2 x 1 / 4 = 0.5."""
@@ -539,17 +575,19 @@ def test_learning_report_uses_compare_statistics_by_hand(lc, tmp_path):
     assert "| Reinforce-Ada balance | 7 | 1 | 0.500 | seq | unread | " in body  # no first-round share logged
     assert "- Reinforce-Ada-Est: +0.250 [+0.250, +0.250] (3 pairs)" in body  # non-zero-advantage share, paired
     # the primary tests: both axes, paired t p, Holm over 4, verdicts gated by the mechanisms
+    # Holm over the design's 10 tests, the 6 not run counted at p = 1: ADORA's two equal p's take ranks 1-2 (x 10,
+    # x 9: both 10 p), Est's ranks 3-4 (x 8, x 7: both 8 p); seeds 1-4 planned and 3 paired, so no verdict yet
     t_est, t_adora = 0.07 / (0.02 / math.sqrt(3)), 0.06 / (0.01 / math.sqrt(3))
     p_est, p_adora = 1 - t_est / math.sqrt(t_est ** 2 + 2), 1 - t_adora / math.sqrt(t_adora ** 2 + 2)
-    assert (round(p_est, 3), round(p_adora, 3), round(2 * p_est, 3), round(4 * p_adora, 3)) == (
-        0.026, 0.009, 0.052, 0.037)
-    interim = "(interim: 3 of 4 pairs)"
+    assert (round(p_est, 3), round(p_adora, 3), round(8 * p_est, 3), round(10 * p_adora, 3)) == (
+        0.026, 0.009, 0.209, 0.091)
     for axis in ("2 updates", "equal tokens"):
-        assert (f"| GRPO + ADORA | {axis} | -0.060 [-0.085, -0.035] (3) | {p_adora:.3f} | {4 * p_adora:.3f} | "
-                f"hurts {interim} |") in body, axis
-        assert (f"| Reinforce-Ada-Est | {axis} | +0.070 [+0.020, +0.120] (3) | {p_est:.3f} | {2 * p_est:.3f} | "
+        assert (f"| GRPO + ADORA | {axis} | -0.060 [-0.085, -0.035] (3) | {p_adora:.3f} | {10 * p_adora:.3f} | "
+                "interim, no verdict: 0 of 10 tests have 4 pairs |") in body, axis
+        assert (f"| Reinforce-Ada-Est | {axis} | +0.070 [+0.020, +0.120] (3) | {p_est:.3f} | {8 * p_est:.3f} | "
                 "no verdict: its mechanism did not engage (table above) |") in body, axis
-    assert "Holm-adjusted over the 4 tests with a p" in body
+        assert f"| GRPO n=8 | {axis} | not run yet | 1 (counted) | - | - |" in body, axis
+    assert "Holm-adjusted over the design's 10 tests" in body
     # seeds from the spread: the largest sd of paired differences at update 2 is Est's 0.02; t(0.975, n - 1) x 0.02 /
     # sqrt(n): n = 4 gives 3.182446 x 0.01 = 0.0318 > 0.03, n = 5 gives 2.776445 x 0.008944 = 0.0248: 5 seeds;
     # 10 runs of 120 s: 2 min a run, 6 settings x n x 2 min <= 6 h: n <= 30
