@@ -389,6 +389,7 @@ def attempt_run(a, name: str, seed: int, model: str, train: str, heldout: str, i
             while proc.poll() is None:
                 time.sleep(a.poll)
                 seen = report_progress(a, folder, name, seed, index, total, started, seen)
+            report_progress(a, folder, name, seed, index, total, started, seen)  # the updates of the last poll
         except KeyboardInterrupt:
             print(f"\n[learning] interrupted: stopping {name} seed {seed} (it checkpoints; rerun to continue)",
                   flush=True)
@@ -429,22 +430,22 @@ def attempt_run(a, name: str, seed: int, model: str, train: str, heldout: str, i
 
 
 def report_progress(a, folder, name, seed, index, total, started, seen) -> int:
+    """One progress line for every update logged after step `seen` (several when updates are quicker than --poll);
+    returns the last step reported."""
     try:
         rows = read_rows(folder)
     except ValueError:  # a line being written
         return seen
-    trained = [r for r in rows if r.get("reward_mean") is not None]
-    if not trained or trained[-1]["step"] == seen:
-        return seen
-    last = trained[-1]
-    evals = [r for r in rows if r.get("eval/accuracy") is not None]
-    held = f", held-out {evals[-1]['eval/accuracy']:.3f} (step {evals[-1]['step']})" if evals else ""
-    tokens = last.get("generated_tokens_total", 0.0)
     elapsed = time.time() - started
-    print(f"[learning {index}/{total} | {elapsed / 60:.0f} min] {name} seed {seed}: step {last['step']}/"
-          f"{a.updates}, {tokens:.0f} tokens, reward {last['reward_mean']:.3f}"
-          f"{held}, load {os.getloadavg()[0]:.1f}", flush=True)
-    return last["step"]
+    for last in (r for r in rows if r.get("reward_mean") is not None and r["step"] > seen):
+        evals = [r for r in rows if r.get("eval/accuracy") is not None and r["step"] <= last["step"]]
+        held = f", held-out {evals[-1]['eval/accuracy']:.3f} (step {evals[-1]['step']})" if evals else ""
+        tokens = last.get("generated_tokens_total", 0.0)
+        print(f"[learning {index}/{total} | {elapsed / 60:.0f} min] {name} seed {seed}: step {last['step']}/"
+              f"{a.updates}, {tokens:.0f} tokens, reward {last['reward_mean']:.3f}"
+              f"{held}, load {os.getloadavg()[0]:.1f}", flush=True)
+        seen = last["step"]
+    return seen
 
 
 def measure_base(a, model: str, train: str, heldout: str) -> dict:

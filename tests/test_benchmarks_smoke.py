@@ -474,6 +474,22 @@ def test_learning_primary_verdicts_holm_over_the_designs_ten_by_hand(lc):
     assert out[("ada", "updates")]["rule"] == "interim, no verdict: 9 of 10 tests have 3 pairs"
 
 
+def test_learning_progress_has_a_line_for_every_update_even_between_polls(lc, tmp_path, capsys):
+    """Three updates logged between two polls (a quick run) give three lines, each with the evaluation made by then;
+    a poll with nothing new prints nothing."""
+    rows = [{"step": 0, "eval/accuracy": 0.1}, {"step": 1, "reward_mean": 0.25, "generated_tokens_total": 10.0},
+            {"step": 2, "reward_mean": 0.5, "generated_tokens_total": 20.0, "eval/accuracy": 0.3},
+            {"step": 3, "reward_mean": 0.75, "generated_tokens_total": 30.0}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    a = lc.parse(["--updates", "3"])
+    assert lc.report_progress(a, str(tmp_path), "grpo", 1, 1, 1, 0.0, -1) == 3
+    lines = [line for line in capsys.readouterr().out.splitlines() if line]
+    assert len(lines) == 3
+    assert "step 1/3, 10 tokens, reward 0.250, held-out 0.100 (step 0)" in lines[0]
+    assert "step 3/3, 30 tokens, reward 0.750, held-out 0.300 (step 2)" in lines[2]
+    assert lc.report_progress(a, str(tmp_path), "grpo", 1, 1, 1, 0.0, 3) == 3 and capsys.readouterr().out == ""
+
+
 def test_learning_sign_test_by_hand(lc):
     """Two-sided exact sign test: 7 of 7 below 0 -> 2 x (1/2)^7 = 0.015625; 1 of 3 above -> 2 x (1 + 3) / 8 = 1;
     1 of 6 below -> 2 x (1 + 6) / 64 = 0.21875; a zero is dropped: 2 of 2 above -> 2 x 1 / 4 = 0.5."""
