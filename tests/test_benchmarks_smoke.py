@@ -590,7 +590,7 @@ def test_learning_report_uses_compare_statistics_by_hand(lc, tmp_path):
     assert "| GRPO + ADORA | 2 | 1 | 0.500 | adora | yes | mixed groups 0.500 of all, 0.250 of them re-weighted" in body
     assert "| Reinforce-Ada balance | 7 | 1 | 0.500 | seq | unread | " in body  # no first-round share logged
     assert "- Reinforce-Ada-Est: +0.250 [+0.250, +0.250] (3 pairs)" in body  # non-zero-advantage share, paired
-    # the primary tests: both axes, paired t p, Holm over 4, verdicts gated by the mechanisms
+    # the primary tests: both axes, paired t p, verdicts gated by the mechanisms and by a complete family
     # Holm over the design's 10 tests, the 6 not run counted at p = 1: ADORA's two equal p's take ranks 1-2 (x 10,
     # x 9: both 10 p), Est's ranks 3-4 (x 8, x 7: both 8 p); seeds 1-4 planned and 3 paired, so no verdict yet
     t_est, t_adora = 0.07 / (0.02 / math.sqrt(3)), 0.06 / (0.01 / math.sqrt(3))
