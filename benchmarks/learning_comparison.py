@@ -913,7 +913,9 @@ def sizing_from_runs(a, runs: List[dict]) -> Optional[dict]:
     """The seeds the finished runs' spread asks for (the plan's internal pilot): the largest standard deviation s of
     a setting's paired differences from GRPO n=4 at the last update (settings with at least 2 pairs), the fewest
     seeds whose expected paired half-width t(0.975, n - 1) x s / sqrt(n) is at most --target-half-width, and how
-    many seeds of every --settings setting fit in --hours at the runs' mean machine time. None below 2 pairs."""
+    many seeds of every setting the comparison covers (those with finished runs and those --settings names, so the
+    line does not change with the subset one invocation runs) fit in --hours at the runs' mean machine time. None
+    below 2 pairs."""
     key = "avg_at_k" if a.avg_k else "accuracy"
     axis1 = last_update_values(runs, key, a.updates)
     sds = {}
@@ -926,9 +928,10 @@ def sizing_from_runs(a, runs: List[dict]) -> Optional[dict]:
         return None
     sd = max(sds.values())
     run_hours = statistics.fmean(timed) / 3600
-    fit = max((n for n in range(2, 201) if len(a.settings) * n * run_hours <= a.hours), default=None)
+    covered = len(set(a.settings) | {r["setting"] for r in runs})
+    fit = max((n for n in range(2, 201) if covered * n * run_hours <= a.hours), default=None)
     return {"sds": sds, "sd": sd, "needed": seeds_needed(sd, a.target_half_width), "run_hours": run_hours,
-            "fit": fit, "settings": len(a.settings)}
+            "fit": fit, "settings": covered}
 
 
 def sizing_lines(a, runs: List[dict]) -> List[str]:

@@ -1,6 +1,7 @@
 """The benchmarks' core functions on tiny sizes: fields, hand-derived values, consistency with the project's metrics.
 No timing assertions (performance claims live in docs/benchmarks.md, measured by the scripts themselves)."""
 
+import argparse
 import importlib.util
 import json
 import math
@@ -609,6 +610,10 @@ def test_learning_report_uses_compare_statistics_by_hand(lc, tmp_path):
     # 10 runs of 120 s: 2 min a run, 6 settings x n x 2 min <= 6 h: n <= 30
     assert ("Reinforce-Ada-Est 0.0200; the largest, 0.0200, asks for 5 seeds for a paired half-width of 0.03; at "
             "2.0 min a run, 30 seeds of the 6 settings fit in 6 hours.") in body
+    # an invocation that runs a subset still sizes the whole comparison: the settings with runs here (GRPO n=4,
+    # GRPO + ADORA, balance, Est: 4) and the one it names (GRPO n=8): 5 x n x 2 min <= 6 h: n <= 36
+    subset = lc.sizing_from_runs(argparse.Namespace(**{**vars(a), "settings": ["grpo_n8"]}), lc.finished_runs(a))
+    assert (subset["settings"], subset["fit"]) == (5, 36)
     avg_table = lines.index(next(line for line in lines if line.startswith("Held-out avg@4 at the budget")))
     greedy_table = lines.index(next(line for line in lines if line.startswith("Held-out greedy accuracy at")))
     row = next(line for line in lines[avg_table:greedy_table] if line.startswith("| Reinforce-Ada-Est |"))
