@@ -6,10 +6,11 @@ import os
 import signal
 import subprocess
 import sys
-from multiprocessing import shared_memory
+from multiprocessing import resource_tracker, shared_memory
 
 import pytest
 
+from openrlhf_ada.cpu import shm_leftovers
 from openrlhf_ada.cpu.shm_leftovers import (
     mapped_segments,
     orphans,
@@ -58,19 +59,33 @@ def bystander():
     shm.unlink()
 
 
+def keep_mapped(path):
+    """Map the segment from this test process too, so that no orphan sweep of another test process of the run (the
+    per-module clean-up of `pytest -n 2`'s other worker) takes it before the test's own check: a segment that a live
+    process maps is nobody's orphan. remove_segments waits only for the holders it is given."""
+    keeper = shared_memory.SharedMemory(name=os.path.basename(path))
+    resource_tracker.unregister(keeper._name, "shared_memory")  # the test unlinks it, not this process's exit
+    return keeper
+
+
 @pytest.mark.parametrize("mode", ["direct", "grandchild"])
 def test_a_killed_holder_s_segment_is_found_and_removed(mode, bystander):
     proc, path = hold(mode)
+    keeper = None
     try:
         found = mapped_segments([proc.pid])
         assert path in found and bystander not in found
         holders = found[path]
         assert holders <= process_tree([proc.pid]) and (mode == "direct") == (holders == {proc.pid})
+        keeper = keep_mapped(path)
     finally:
         kill(proc)
-    assert os.path.exists(path)  # killed: nothing cleaned it up
-    assert remove_segments(found) == [path]
-    assert not os.path.exists(path) and os.path.exists(bystander)
+    try:
+        assert os.path.exists(path)  # killed: nothing cleaned it up
+        assert remove_segments(found) == [path]
+        assert not os.path.exists(path) and os.path.exists(bystander)
+    finally:
+        keeper.close()
 
 
 def test_nothing_mapped_nothing_removed_and_only_psm_paths(bystander, tmp_path):
@@ -93,14 +108,43 @@ def test_an_already_removed_segment_is_not_an_error():
 
 def test_orphans_are_the_new_segments_nobody_maps(bystander):
     since = segments() - {bystander}  # the bystander counts as new, but its creator (this process) maps it
-    dead, dead_path = hold("direct")
     live, live_path = hold("direct")
     try:
-        kill(dead)
-        # other test processes of the run (pytest -n 2) may leave orphans of their own meanwhile: only these two count
-        assert [p for p in orphans(since) if p in (dead_path, live_path)] == [dead_path]
-        assert dead_path in remove_orphans(since) and live_path not in orphans(since)
+        # An orphan is unmapped by definition, so the other test process's per-module sweep (pytest -n 2) may take it
+        # between the kill and this test's own removal: then it is gone without this test's call, and the test
+        # tries again with a new one. Any other outcome is decided at once.
+        for _ in range(5):
+            dead, dead_path = hold("direct")
+            kill(dead)
+            # other test processes of the run may leave orphans of their own meanwhile: only these two count
+            listed = [p for p in orphans(since) if p in (dead_path, live_path)]
+            # only this test's orphan may be removed here: another test's killed holder leaves an unmapped segment for
+            # a moment before that test removes it itself (and checks that it did), so everything else counts as old
+            removed = remove_orphans(segments() - {dead_path})
+            if removed or os.path.exists(dead_path):
+                break
+        assert listed == [dead_path] and removed == [dead_path]
+        assert live_path not in orphans(since)
         assert not os.path.exists(dead_path) and os.path.exists(live_path) and os.path.exists(bystander)
     finally:
         kill(live)
         remove_segments({live_path: {live.pid}}, wait=0)
+
+
+def test_a_segment_created_while_the_maps_are_read_is_not_an_orphan(monkeypatch):
+    """A process that creates a segment while orphans() reads the maps has its file before its mapping: orphans()
+    must not offer it for removal (another test process's sweep once took a live holder's segment so)."""
+    since, made = segments(), []
+
+    def scan(roots):  # the maps as read while a segment appears: not mapped yet
+        made.append(shared_memory.SharedMemory(create=True, size=1 << 12))
+        return {}
+
+    monkeypatch.setattr(shm_leftovers, "mapped_segments", scan)
+    try:
+        listed = orphans(since)
+        assert made and "/dev/shm/" + made[0].name.lstrip("/") not in listed
+    finally:
+        for shm in made:
+            shm.close()
+            shm.unlink()

@@ -93,9 +93,12 @@ def segments() -> Set[str]:
 
 def orphans(since: Set[str]) -> List[str]:
     """This user's segments that appeared after `since` (from `segments()`) and that no live process maps: nobody
-    can use them any more (vLLM's readers attach right after creation), they only hold RAM."""
+    can use them any more (vLLM's readers attach right after creation), they only hold RAM. The segments are listed
+    before the processes' maps are read: one created while they are read (its file appears a moment before its
+    creator maps it) would otherwise look unmapped and be taken from a live process."""
+    new = segments() - since
     mapped = mapped_segments([1])  # every process of this machine (or container) whose maps this user may read
-    return sorted(path for path in segments() - since if path not in mapped and _mine(path))
+    return sorted(path for path in new if path not in mapped and _mine(path))
 
 
 def _mine(path: str) -> bool:
