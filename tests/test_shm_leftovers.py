@@ -71,7 +71,6 @@ def keep_mapped(path):
 @pytest.mark.parametrize("mode", ["direct", "grandchild"])
 def test_a_killed_holder_s_segment_is_found_and_removed(mode, bystander):
     proc, path = hold(mode)
-    keeper = None
     try:
         found = mapped_segments([proc.pid])
         assert path in found and bystander not in found
