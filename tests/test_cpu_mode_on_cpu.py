@@ -106,16 +106,25 @@ def test_the_gloo_weight_sync_group_really_sends_the_tensor():
 @pytest.mark.parametrize("flags,switched", [
     ([], {"vllm.sync_backend": "gloo", "ds.attn_implementation": "eager"}),
     (["--vllm.num_engines", "1", "--vllm.gpu_memory_utilization", "0.1", "--ds.packing_samples"],
-     {"vllm.enforce_eager": True, "ds.packing_samples": False, "ds.attn_implementation": "eager"}),
+     {"vllm.enforce_eager": True, "ds.attn_implementation": "eager"}),
+    (["--vllm.num_engines", "1", "--vllm.gpu_memory_utilization", "0.1", "--train.dynamic_batch_enable"],
+     {"vllm.enforce_eager": True, "ds.attn_implementation": "eager"}),
 ])
 def test_flags_that_cannot_run_on_cpu_are_switched_with_a_line_each(flags, switched, monkeypatch):
+    """Packing and dynamic batching stay on (upstream turns dynamic batching's packing on and packing's attention
+    into flash_attention_2): only the attention becomes eager, and the line says that packing stays."""
     monkeypatch.setenv(cpu_compat.CPU_ENV, "0")  # the flags as upstream parses them; then the CPU mode's switches
     args = parse_args(BASE + flags)
+    packed = args.ds.packing_samples
+    assert packed == ("--ds.packing_samples" in flags or "--train.dynamic_batch_enable" in flags)
     notes = cpu_compat.adjust_args_for_cpu(args)
     for flag, value in switched.items():
         group, name = flag.split(".")
         assert getattr(getattr(args, group), name) == value
         assert any(note.startswith(f"--{flag} ") for note in notes), (flag, notes)
+    assert args.ds.packing_samples == packed
+    assert args.train.dynamic_batch_enable == ("--train.dynamic_batch_enable" in flags)
+    assert any("packing stays on" in note for note in notes) == packed, notes
 
 
 @pytest.mark.parametrize("flags,words", [

@@ -658,6 +658,22 @@ def cpu_env_vars() -> dict:
 # -- flags and Ray resources in CPU mode ------------------------------------------------------------------------------
 
 
+#: The attention implementations transformers runs on CPU; any other (flash_attention_2, which upstream forces with
+#: --ds.packing_samples, cli/train_ppo_ray.py L699-704) becomes PACKED_ATTENTION.
+CPU_ATTENTION = ("eager", "sdpa")
+#: Packed samples need no varlen kernel: upstream's Actor unpads the batch into one row with plain torch index ops
+#: (flash_attn.bert_padding, python-only) and calls the model with attention_mask=None and each sample's own
+#: position_ids (models/actor.py L236-240, models/ring_attn_utils.py L129-140), and transformers builds the
+#: block-diagonal causal mask from such position_ids for eager and sdpa (masking_utils.find_packed_sequence_indices).
+#: eager rather than sdpa: with eager a packed sample's log-probs equal the same sample computed alone, bit for bit in
+#: bfloat16 (tests/test_packing.py), so packing changes nothing of what trains; sdpa's CPU kernel differs from eager by
+#: bfloat16 rounding (about 2e-3 in a log-prob) once packed. eager's mask is the whole packed row squared, small at the
+#: lengths a CPU trains.
+PACKED_ATTENTION = "eager"
+PACKING_ON_CPU = ("transformers masks each packed sample off from the others from its position_ids under eager, "
+                  "and a packed sample's log-probs equal the sample's alone")
+
+
 def adjust_args_for_cpu(args) -> list:
     """Switch the upstream flags that cannot work on CPU for their CPU equivalents, in place, after upstream's own
     checks; return one line per switch for the log. Raise ValueError (naming the flag and what to use) for a
@@ -672,8 +688,6 @@ def adjust_args_for_cpu(args) -> list:
 
     refused = {
         "ds.ring_attn_size": (args.ds.ring_attn_size > 1, "ring attention needs flash-attn's CUDA kernels; use 1"),
-        "train.dynamic_batch_enable": (args.train.dynamic_batch_enable,
-                                       "dynamic batching needs packed samples (flash-attn's CUDA kernels); drop it"),
         "ds.use_liger_kernel": (getattr(args.ds, "use_liger_kernel", False), "Liger kernels are Triton/CUDA; drop it"),
         "ds.load_in_4bit": (getattr(args.ds, "load_in_4bit", False), "bitsandbytes 4-bit needs CUDA; drop it"),
         "vllm.sync_with_ray": (getattr(args.vllm, "sync_with_ray", False),
@@ -685,11 +699,9 @@ def adjust_args_for_cpu(args) -> list:
     if args.vllm.sync_backend != "gloo":
         switch("vllm.sync_backend", "gloo", "no NCCL on CPU (and colocated nccl would take the CUDA-IPC path, "
                "trainer/ray/ppo_actor.py L101); weights travel over a gloo group")
-    if args.ds.attn_implementation != "eager" and args.ds.attn_implementation != "sdpa":
-        switch("ds.attn_implementation", "eager", "flash attention needs CUDA")
-    if args.ds.packing_samples:
-        switch("ds.packing_samples", False, "packed samples need flash attention's varlen kernels (upstream turns "
-               "packing into flash_attention_2, cli/train_ppo_ray.py L699-704); samples are padded instead")
+    if args.ds.attn_implementation not in CPU_ATTENTION:
+        switch("ds.attn_implementation", PACKED_ATTENTION, "flash attention needs CUDA" + (
+            "; packing stays on: " + PACKING_ON_CPU if args.ds.packing_samples else ""))
     if args.vllm.num_engines and not args.vllm.enforce_eager:
         switch("vllm.enforce_eager", True, "no CUDA graphs on CPU")
     return notes
