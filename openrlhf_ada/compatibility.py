@@ -5,7 +5,7 @@ against the project's settings (columns: features off, ADORA, Reinforce-Ada Seq,
 tested, or refused here: a `Refusal` pairs a predicate on the parsed arguments for the upstream feature with one for
 the project setting, and says why the pair cannot work or cannot mean anything. A few upstream flag pairs fail
 under every setting (a 4-bit actor with vLLM engines, a learning-rate schedule DeepSpeed's actor cannot step, a
-reward model next to a reward function): their `setting` is the other flag, or the trainers. `check(args)` runs first thing in
+reward model next to a reward function or an agent): their `setting` is the other flag, or the trainers. `check(args)` runs first thing in
 `openrlhf_ada.args.validate`, which both the cluster launcher and train_local call right after parsing, so a refused
 pair stops before Ray or any model starts, with one message naming both flags. tests/test_compatibility.py keeps
 the table, the document and the launcher's parser in step.
@@ -131,6 +131,15 @@ REFUSALS: Tuple[Refusal, ...] = (
         "with a reward function upstream builds no reward model: the rewards come from --reward.remote_url alone and "
         "the model is never loaded (nor does it seed a critic: with --reward.remote_url, gae's critic starts from the "
         "actor's model unless --critic.model_name_or_path names one). Drop one of the two flags",
+    ),
+    Refusal(
+        "agent-and-reward-model", "--train.agent_func_path", lambda a: bool(_get(a, "train.agent_func_path")),
+        "--reward.model_name_or_path", lambda a: bool(_get(a, "reward.model_name_or_path")),
+        "the agent's environment gives every sample its reward (the `rewards` of its last step), and with an agent "
+        "upstream builds no reward model: it sets --reward.remote_url to \"agent\" after parsing and starts a "
+        "reward-model actor only without a remote URL, so the model would never be loaded (nor seed gae's critic, "
+        "which starts from the actor's model unless --critic.model_name_or_path names one). Drop "
+        "--reward.model_name_or_path (score inside the agent's step), or drop --train.agent_func_path",
     ),
     Refusal(
         "load-in-4bit-vllm", "--ds.load_in_4bit", lambda a: bool(_get(a, "ds.load_in_4bit", False)),

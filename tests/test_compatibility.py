@@ -42,6 +42,7 @@ ROWS = {
     "reward model": ["--reward.model_name_or_path", "rm"],
     "reward model next to a reward function": ["--reward.model_name_or_path", "rm", "--reward.remote_url",
                                                "http://127.0.0.1:5000/get_reward"],
+    "agent with a reward model": ["--train.agent_func_path", "agent.py", "--reward.model_name_or_path", "rm"],
     "4-bit actor": ["--ds.load_in_4bit", "--vllm.num_engines", "1"],
     "learning-rate schedule": ["--actor.lr_scheduler", "reduce_lr_on_plateau"],
     "dynamic batch": None,
@@ -72,8 +73,13 @@ def cell_argv(row: str, column: str) -> list:
 
 
 def read_matrix() -> dict:
-    """{(row, column): cell text} from the document's one table."""
-    lines = [line for line in DOC.read_text(encoding="utf-8").splitlines() if line.startswith("|")]
+    """{(row, column): cell text} from the document's first table, the matrix."""
+    lines = []
+    for line in DOC.read_text(encoding="utf-8").splitlines():
+        if line.startswith("|"):
+            lines.append(line)
+        elif lines:
+            break
     header = [c.strip() for c in lines[0].strip("|").split("|")]
     assert header[1:] == list(COLUMNS), header
     cells = {}
@@ -123,6 +129,7 @@ PAIRS = {
     "no-group-baseline-est": (["--algo.advantage.estimator", "gae", "--ada.baseline", "group"], COLUMNS["Est"]),
     "reward-model-ada": (ROWS["reward model"], COLUMNS["Reinforce-Ada Seq"]),
     "reward-url-and-model": (["--reward.remote_url", "http://127.0.0.1:5000/get_reward"], ROWS["reward model"]),
+    "agent-and-reward-model": (["--train.agent_func_path", "agent.py"], ROWS["reward model"]),
     "load-in-4bit-vllm": (["--ds.load_in_4bit"], ["--vllm.num_engines", "1"]),
     "actor-lr-scheduler": (["--actor.lr_scheduler", "reduce_lr_on_plateau"], []),  # refused whatever the setting
     "critic-lr-scheduler": (["--critic.lr_scheduler", "warmup_stable_decay"], ["--algo.advantage.estimator", "gae"]),
