@@ -85,14 +85,16 @@ def response(prompt, label, k):
             "reward": reward, "scores": reward, "rollout_log_probs": None, "truncated": False, "extra_logs": {}}
 
 
-def engine_messages(group, prompt, label, sampling_params, max_length, hf_tokenizer, indices, images=None) -> list:
+def engine_messages(group, prompt, label, sampling_params, max_length, hf_tokenizer, indices, images=None,
+                    respond=None) -> list:
     """The messages of the engine actor's own `generate_stream` for these requests, its executor answering the k-th
-    request of the stream with `response(prompt, label, k)` at once (no vLLM, no Ray)."""
+    request of the stream with `respond(prompt, label, k)` (default `response`) at once (no vLLM, no Ray)."""
     actor = object.__new__(_GuardedRolloutRayActor)  # its __init__ starts vLLM; generate_stream needs only these
     calls = itertools.count()
+    respond = respond or response
 
     async def execute(*, prompt, label, **_):
-        return response(prompt, label, next(calls))
+        return respond(prompt, label, next(calls))
 
     actor.executor, actor.llm, actor._streams = SimpleNamespace(execute=execute), SimpleNamespace(), {}
 
