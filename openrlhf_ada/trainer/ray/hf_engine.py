@@ -4,14 +4,13 @@ It subclasses upstream's RolloutRayActor and replaces only the engine underneath
 still runs upstream's SingleTurnAgentExecutor (tokenisation, truncation, reward file, response dicts); this class
 answers its `generate(prompt_token_ids, sampling_params)` calls. For machines where vLLM cannot run a model, and for
 exactly reproducible runs: the k-th sample of a prompt within a step is drawn with a seed derived from
-(seed, step, prompt tokens, k), so it does not depend on other prompts or on scheduling.
+(seed, step, prompt tokens, k) (`request_seeds.py`), so it does not depend on other prompts or on scheduling.
 
 It has no `generate_stream` / `cancel_stream`: `--ada.cancel` is refused with `--local.engine hf` when the flags are
 parsed (its `generate` runs one request at a time and blocks the event loop, so a request could not be interrupted,
 and which waiting ones a cancel reached would depend on timing). `--ada.history` works with it.
 """
 
-import hashlib
 from types import SimpleNamespace
 
 import ray
@@ -20,12 +19,9 @@ from openrlhf.trainer.ray.vllm_engine import RolloutRayActor, _load_agent_execut
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from openrlhf_ada.trainer.ray.request_seeds import RequestSeeds
 from openrlhf_ada.trainer.ray.reward_guard import GuardedRewardExecutor
 from openrlhf_ada.trainer.ray.vllm_engine import reward_timeout_from_env
-
-
-def _seed(*keys) -> int:
-    return int.from_bytes(hashlib.sha256(repr(keys).encode()).digest()[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
 
 
 class _HFRolloutActor(RolloutRayActor.__ray_actor_class__):
@@ -41,18 +37,15 @@ class _HFRolloutActor(RolloutRayActor.__ray_actor_class__):
         tokenizer = AutoTokenizer.from_pretrained(model)
         self.eos_token_id = tokenizer.eos_token_id
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_token_id
-        self.seed, self.epoch, self._counts, self._unfinished = seed, 0, {}, 0
-        self._epoch_seed = seed  # the seed of the current epoch: `seed`, unless reseed was given another
+        self.seeds, self._unfinished = RequestSeeds(seed), 0
 
     async def generate(self, prompt_token_ids, sampling_params, multi_modal_data=None):
         if multi_modal_data:
             raise NotImplementedError("HFRolloutActor generates text only; use the vLLM engine for images")
-        key = tuple(prompt_token_ids)
-        k = self._counts.get(key, 0)
-        self._counts[key] = k + 1
+        seed = self.seeds.next(prompt_token_ids)
         self._unfinished += 1
         try:
-            torch.manual_seed(_seed(self._epoch_seed, self.epoch, key, k))
+            torch.manual_seed(seed)
             with torch.no_grad():
                 out = self.model.generate(
                     torch.tensor([prompt_token_ids]),
@@ -88,8 +81,7 @@ class _HFRolloutActor(RolloutRayActor.__ray_actor_class__):
     async def reseed(self, epoch: int, seed=None) -> None:
         """Start a new step: per-prompt sample counters restart, seeds depend on this epoch (the step) and on `seed`
         (None: the engine's own, --train.seed; the held-out avg@k pass passes --eval.avg_seed)."""
-        self.epoch, self._counts = epoch, {}
-        self._epoch_seed = self.seed if seed is None else seed
+        self.seeds.reseed(epoch, seed)
 
 
 HFRolloutActor = ray.remote(_HFRolloutActor)

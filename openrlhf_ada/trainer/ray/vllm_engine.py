@@ -10,7 +10,11 @@
   sampled in a response failed the whole batch in training;
 - `generate_stream` / `cancel_stream` (what `--ada.cancel` needs): a prompt's samples handed back as soon as each is
   generated and scored (every sample finished since the last message, in one message), and its outstanding requests
-  cancelled on demand, with the tokens they had generated.
+  cancelled on demand, with the tokens they had generated;
+- with `request_seeds=True` (the single-machine trainer's `--local.request_seeds`), every request sampled with its
+  own seed from (seed, step, prompt tokens, k) (`request_seeds.py`), set per step by `reseed`: the runs of one seed
+  share their draws where their sampling is the same, and a seeded evaluation draws the same samples for the same
+  weights. Without it vLLM keeps the one seed it started with, as upstream's engines do.
 The cluster launcher points upstream's `vllm_engine.RolloutRayActor` at this class, so create_vllm_engines builds it.
 
 Streaming. Upstream's `generate_responses` runs a prompt's samples as asyncio tasks of its executor
@@ -44,6 +48,7 @@ from openrlhf.utils.agent import SingleTurnAgentExecutor
 
 from openrlhf_ada.args import FaultConfig
 from openrlhf_ada.trainer.ray.engine_errors import engine_start_errors
+from openrlhf_ada.trainer.ray.request_seeds import RequestSeeds
 from openrlhf_ada.trainer.ray.reward_guard import GuardedRewardExecutor
 from openrlhf_ada.trainer.ray.weight_sync import reload_weights_from_file
 
@@ -63,6 +68,15 @@ def without_placeholders(sampling_params, placeholder_ids):
 
     params = copy.deepcopy(sampling_params)
     params.logit_bias = {**(params.logit_bias or {}), **{int(t): BANNED_LOGIT_BIAS for t in placeholder_ids}}
+    return params
+
+
+def with_seed(sampling_params, seed: int):
+    """A copy of vLLM's `sampling_params` that samples with `seed` (its own generator for this request)."""
+    import copy
+
+    params = copy.deepcopy(sampling_params)
+    params.seed = seed
     return params
 
 
@@ -138,7 +152,8 @@ class _FinishedBatch:
 
 
 class _GuardedRolloutRayActor(RolloutRayActor.__ray_actor_class__):
-    async def __init__(self, *args, reward_timeout=None, **kwargs):
+    async def __init__(self, *args, reward_timeout=None, request_seeds=False, **kwargs):
+        self.seeds = RequestSeeds(kwargs.get("seed", 0)) if request_seeds else None
         try:
             with engine_start_errors() as errors:
                 await super().__init__(*args, **kwargs)
@@ -151,7 +166,10 @@ class _GuardedRolloutRayActor(RolloutRayActor.__ray_actor_class__):
         self._streams = {}  # group id -> {task: (request index, _Progress)}
 
     async def generate(self, prompt_token_ids, sampling_params, multi_modal_data=None):
-        """Upstream's, the model's placeholder tokens banned from the response (`without_placeholders`)."""
+        """Upstream's, the model's placeholder tokens banned from the response (`without_placeholders`), and with
+        `request_seeds` the request's own seed."""
+        if getattr(self, "seeds", None) is not None:
+            sampling_params = with_seed(sampling_params, self.seeds.next(prompt_token_ids))
         return await super().generate(prompt_token_ids, without_placeholders(sampling_params, self._mm_pad_token_ids),
                                       multi_modal_data=multi_modal_data)
 
@@ -173,8 +191,10 @@ class _GuardedRolloutRayActor(RolloutRayActor.__ray_actor_class__):
         await self.llm.check_health()
 
     async def reseed(self, epoch: int, seed=None) -> None:
-        """vLLM is seeded once at start (a per-request seed fails on its CPU backend); nothing to do per step, and
-        `seed` (the held-out avg@k pass's) is not applied."""
+        """With `request_seeds`: start a step (counters restart, seeds from this epoch and `seed`, None: the engine's
+        own). Without: nothing (vLLM keeps the seed it started with, and `seed` is not applied)."""
+        if getattr(self, "seeds", None) is not None:
+            self.seeds.reseed(epoch, seed)
 
     async def generate_stream(self, group_id: str, prompt: str, label, sampling_params, max_length: int,
                               hf_tokenizer, indices, images=None):
