@@ -101,7 +101,7 @@ def image_tokens(label: str) -> int:
 
 
 def write_data(path: Path) -> str:
-    from openrlhf_ada.cli.prepare_data import image_to_data_uri
+    from openrlhf_ada.data.prepare import image_to_data_uri
 
     path.write_text("".join(json.dumps({"input": "<image>What colour is the shape?", "label": label_of(i),
                                         "images": [image_to_data_uri(picture(i))]}) + "\n" for i in range(PROMPTS)))

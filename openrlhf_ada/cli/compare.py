@@ -12,12 +12,10 @@ import os
 import sys
 from typing import List
 
-from openrlhf_ada import _moved
 from openrlhf_ada.analysis import compare as runs_compare
 from openrlhf_ada.analysis import compare_settings
 
 PROG = "python -m openrlhf_ada.cli.compare"
-__getattr__ = _moved.moved_names("openrlhf_ada.cli.compare")  # the names that moved to openrlhf_ada.analysis.compare
 
 
 # -- command line ----------------------------------------------------------------------------------------------------

@@ -8,11 +8,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from openrlhf_ada import _moved
 from openrlhf_ada.data import prepare
 
 PROG = "python -m openrlhf_ada.cli.prepare_data"
-__getattr__ = _moved.moved_names("openrlhf_ada.cli.prepare_data")  # the names that moved to openrlhf_ada.data.prepare
 
 
 def _positive(value: str) -> int:
