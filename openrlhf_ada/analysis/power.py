@@ -36,8 +36,8 @@ def noncentral_t_sf(c: float, df: float, delta: float) -> float:
     # df >= 1; beyond sqrt(df) + 12 its mass is below 1e-30.
     s = np.linspace(0.0, math.sqrt(df) + 12.0, _QUADRATURE_POINTS)
     k = df / 2.0
-    with np.errstate(divide="ignore"):  # log 0 at s = 0, where s^(df - 1) is 0, or 1 for df = 1
-        log_power = np.where(s > 0, (df - 1.0) * np.log(s), 0.0 if df == 1 else -np.inf)
+    positive = s > 0  # at s = 0, s^(df - 1) is 1 for df = 1 and 0 above
+    log_power = np.where(positive, (df - 1.0) * np.log(np.where(positive, s, 1.0)), 0.0 if df == 1 else -np.inf)
     density = np.exp(log_power - s * s / 2.0 - (k - 1.0) * math.log(2.0) - math.lgamma(k))
     inner = _normal_sf(c * s / math.sqrt(df) - delta)
     return min(1.0, max(0.0, float(np.trapezoid(density * inner, s))))
