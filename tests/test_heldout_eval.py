@@ -565,3 +565,41 @@ def test_avg_at_k_run_is_seeded_apart_from_the_training_seed(tmp_path, tiny_llam
 
     _, passes3, _ = one_run("avgseed1", 1, 1)
     assert sorted(map(key, passes3[0])) != sorted(map(key, passes1[0]))
+
+
+def test_eval_at_tokens_evaluates_once_where_the_run_first_reaches_the_count():
+    """--local.eval_at_tokens B: the step whose running total goes from below B to B or more is evaluated, and no
+    later one for it (worked by hand: steps of 40 tokens, B = 100: step 3, 80 -> 120)."""
+    from openrlhf_ada.trainer.local_trainer import LocalConfig, LocalTrainer
+
+    trainer = object.__new__(LocalTrainer)
+    trainer.args = SimpleNamespace(eval=SimpleNamespace(steps=-1))
+    trainer.config = LocalConfig(max_steps=10, eval_at_tokens=100.0)
+    trainer._stop_signal = None
+    evaluated = []
+    for step in range(1, 10):
+        trainer.global_step, trainer._tokens_before_step = step, 40.0 * (step - 1)
+        trainer.generated_tokens_total = 40.0 * step
+        if trainer.should_evaluate():
+            evaluated.append(step)
+    assert evaluated == [3]
+    trainer.generated_tokens_total = trainer._tokens_before_step = 100.0  # exactly at B before the step: not again
+    assert not trainer.should_evaluate()
+
+
+def test_request_seeds_and_eval_at_tokens_flags_reach_the_config(tmp_path, tiny_llama_path, capsys):
+    from openrlhf_ada.cli.train_local import local_config, parse_local_args
+
+    (tmp_path / "reward.py").write_text(REWARD)
+    rows = [{"input": f"Say a number {i}:", "label": "d"} for i in range(4)]
+    train, evaluation = _data(tmp_path / "train.jsonl", rows), _data(tmp_path / "eval.jsonl", rows)
+    base = ["--actor.model_name_or_path", tiny_llama_path, "--data.prompt_dataset", train, "--data.label_key", "label",
+            "--reward.remote_url", str(tmp_path / "reward.py"), "--algo.advantage.estimator", "group_norm",
+            "--rollout.n_samples_per_prompt", "2"]
+    config = local_config(parse_local_args(base + ["--eval.dataset", evaluation, "--local.eval_at_tokens", "1500",
+                                                   "--local.request_seeds"]))
+    assert (config.eval_at_tokens, config.request_seeds) == (1500.0, True)
+    assert local_config(parse_local_args(base)).request_seeds is False
+    with pytest.raises(SystemExit):
+        parse_local_args(base + ["--local.eval_at_tokens", "10"])
+    assert "--local.eval_at_tokens without --eval.dataset" in capsys.readouterr().err

@@ -74,6 +74,15 @@ def add_local_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--local.eval_tokens", type=float, default=0,
                    help="With --eval.dataset: also evaluate after each step whose running total of generated tokens "
                         "crosses a multiple of this (0: off); for comparisons at equal token budgets")
+    g.add_argument("--local.eval_at_tokens", type=float, default=0,
+                   help="With --eval.dataset: also evaluate once, after the step whose running total of generated "
+                        "tokens first reaches this count (0: off); measures each run at one token budget fixed in "
+                        "advance, where --local.eval_tokens evaluates at every multiple")
+    g.add_argument("--local.request_seeds", action="store_true",
+                   help="vLLM engine: sample every request with its own seed from (--train.seed, step, prompt, k), "
+                        "so that the runs of one seed draw the same samples where their sampling is the same, and "
+                        "the avg@k evaluation (--eval.avg_seed) the same samples for the same weights (the hf "
+                        "engine always does); off: vLLM keeps the one seed it started with")
     g.add_argument("--local.output_dir", type=str, default="runs/local", help="Run folder: metrics.jsonl, plots")
     g.add_argument("--local.advantage_sign", type=float, default=1.0, choices=[1.0, -1.0],
                    help="-1 flips every advantage: a sanity check that learning comes from the reward signal")
@@ -141,6 +150,10 @@ def validate_local(args) -> None:
         raise ValueError(f"--local.eval_tokens={args.local.eval_tokens}: must be a finite number >= 0 (0: off)")
     if args.local.eval_tokens and not args.eval.dataset:
         raise ValueError("--local.eval_tokens without --eval.dataset: name the held-out prompts to evaluate")
+    if not args.local.eval_at_tokens >= 0 or args.local.eval_at_tokens == float("inf"):
+        raise ValueError(f"--local.eval_at_tokens={args.local.eval_at_tokens}: must be a finite number >= 0 (0: off)")
+    if args.local.eval_at_tokens and not args.eval.dataset:
+        raise ValueError("--local.eval_at_tokens without --eval.dataset: name the held-out prompts to evaluate")
     validate_eval(args)
     validate_lr_schedule(args)
     data = args.data.prompt_dataset
@@ -240,7 +253,8 @@ def local_config(args) -> LocalConfig:
     return LocalConfig(engine=loc.engine, max_steps=loc.max_steps, output_dir=loc.output_dir,
                        advantage_sign=loc.advantage_sign, gpu_memory_utilization=loc.gpu_memory_utilization,
                        max_model_len=loc.max_model_len, engine_cpus=loc.engine_cpus, overwrite=loc.overwrite,
-                       max_generated_tokens=float(loc.max_generated_tokens), eval_tokens=float(loc.eval_tokens))
+                       max_generated_tokens=float(loc.max_generated_tokens), eval_tokens=float(loc.eval_tokens),
+                       eval_at_tokens=float(loc.eval_at_tokens), request_seeds=bool(loc.request_seeds))
 
 
 def parse_local_args(argv):
@@ -264,6 +278,7 @@ def start_engine(args, config: LocalConfig, kv=None):
             args.actor.model_name_or_path, **common)
     from openrlhf_ada.trainer.ray.vllm_engine import GuardedRolloutRayActor
 
+    common["request_seeds"] = config.request_seeds
     gpu = torch.cuda.is_available()
     if args.data.max_images_per_prompt > 0:  # as upstream's create_vllm_engines: images per prompt, and the image
         common.update(limit_mm_per_prompt={"image": args.data.max_images_per_prompt},  # tokens vLLM expands itself

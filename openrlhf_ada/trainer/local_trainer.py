@@ -75,6 +75,8 @@ class LocalConfig:
     overwrite: bool = False  # start over in an output folder that holds an earlier run (its checkpoint is deleted)
     max_generated_tokens: float = 0.0  # > 0: stop after the step whose running token total reaches this budget
     eval_tokens: float = 0.0  # > 0: also evaluate after each step whose running token total crosses a multiple of it
+    eval_at_tokens: float = 0.0  # > 0: also evaluate once, after the step whose running token total first reaches it
+    request_seeds: bool = False  # vLLM engine: a sampling seed per request from (seed, step, prompt, k)
 
 
 @dataclass(frozen=True)
@@ -308,12 +310,15 @@ class LocalTrainer:
 
     def should_evaluate(self) -> bool:
         """After the step just completed: every --eval.steps-th step, a step that crossed a multiple of
-        --local.eval_tokens, and the run's last step."""
+        --local.eval_tokens, the step that first reached --local.eval_at_tokens, and the run's last step."""
         every = self.args.eval.steps
         if every > 0 and self.global_step % every == 0:
             return True
         period = self.config.eval_tokens
         if period > 0 and self._tokens_before_step // period < self.generated_tokens_total // period:
+            return True
+        at = self.config.eval_at_tokens
+        if at > 0 and self._tokens_before_step < at <= self.generated_tokens_total:
             return True
         return self._stop_signal is None and (self.global_step >= self.config.max_steps or self.budget_reached())
 
@@ -324,8 +329,9 @@ class LocalTrainer:
         pass of k samples per problem for avg@k; metrics of openrlhf_ada.trainer.heldout."""
         ev = self.args.eval
         t0 = time.time()
-        # the transformers engine seeds samples by (seed, epoch, prompt, k): every evaluation draws with the same
-        # epoch (common random numbers across evaluations); the next step reseeds with its own number
+        # the transformers engine (and vLLM's with --local.request_seeds) seeds samples by (seed, epoch, prompt, k):
+        # every evaluation draws with the same epoch (common random numbers across evaluations); the next step
+        # reseeds with its own number
         ray.get(self.engine.reseed.remote(-1))
         samples = self._eval_samples(ev.temperature, ev.n_samples_per_prompt)
         metrics = heldout_metrics(samples, ev.n_samples_per_prompt, self.args.ada.positive_threshold,
