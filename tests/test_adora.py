@@ -17,7 +17,7 @@ from openrlhf_ada.algorithms.adora import (
     sample_weights,
     threshold_unreachable,
 )
-from openrlhf_ada.algorithms.baselines import group_baseline
+from openrlhf_ada.algorithms.baselines import group_baseline, group_index
 
 LAM, BOOST = 0.25, 2.0  # not the defaults, so that a weight tells which branch was taken
 
@@ -150,7 +150,7 @@ def test_sample_weights_constant_within_group_and_keep_advantage_signs(batch, st
                         truncated=torch.tensor(truncated), step=step)
     assert sw.shape == s.shape
     assert torch.equal(sw, sw[:, :1].expand_as(sw))  # constant within each group
-    adv = group_baseline(s, "group_norm")
+    adv = group_baseline(s.reshape(-1), group_index([s.shape[1]] * s.shape[0]), "group_norm").reshape(s.shape)
     assert torch.equal(torch.sign(adv * sw), torch.sign(adv))  # weights > 0 never flip or zero a sign
 
 

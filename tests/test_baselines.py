@@ -5,7 +5,21 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from openrlhf_ada.algorithms.baselines import group_baseline, pool_baseline
+from openrlhf_ada.algorithms import baselines
+from openrlhf_ada.algorithms.baselines import group_index
+
+
+def group_baseline(rewards, estimator):
+    """The one baseline on fixed groups: [P, n] rewards, each row a group, as a [P, n] result."""
+    r = torch.as_tensor(rewards, dtype=torch.float32)
+    return baselines.group_baseline(r.reshape(-1), group_index([r.shape[1]] * r.shape[0]), estimator).reshape(r.shape)
+
+
+def pool_baseline(rewards, estimator, **pool):
+    """The same with each row's pool statistics ([P] each)."""
+    r = torch.as_tensor(rewards, dtype=torch.float32)
+    groups = group_index([r.shape[1]] * r.shape[0])
+    return baselines.group_baseline(r.reshape(-1), groups, estimator, **pool).reshape(r.shape)
 
 # kept group [1, 0, 1, 0] drawn from a pool of 8 samples with 2 positives: pool mean 0.25,
 # unbiased pool std sqrt((2 - 4/8) / 7), pool sum 2.
@@ -83,7 +97,6 @@ def test_pool_baseline_matches_the_formula_on_random_pools(P, n, extra, data):
 @pytest.mark.parametrize(
     "call,words",
     [
-        (lambda: group_baseline([[1.0], [0.0]], "rloo"), ["n=1", "n >= 2"]),
         (lambda: group_baseline([[1.0, 0.0]], "gae"), ["estimator", "'gae'", "'rloo'", "'group_norm'"]),
         (lambda: pool_baseline([[1.0, 0.0]], "grpo", pool_count=[2], pool_mean=[0.5], pool_std=[0.7]),
          ["estimator", "'grpo'", "'dr_grpo'"]),
@@ -91,8 +104,9 @@ def test_pool_baseline_matches_the_formula_on_random_pools(P, n, extra, data):
          ["pool_count", "2 entries", "(1)"]),
         (lambda: pool_baseline([[1.0, 0.0]], "rloo", pool_count=[1], pool_mean=[0.5], pool_std=[0.7]),
          ["pool_count", "at least 2"]),
-        (lambda: pool_baseline([1.0, 0.0], "rloo", pool_count=[2], pool_mean=[0.5], pool_std=[0.7]),
-         ["rewards", "[num_prompts, n]"]),
+        (lambda: baselines.group_baseline([1.0, 0.0], [0, 0, 1], "rloo"), ["group", "3 entries", "2 samples"]),
+        (lambda: baselines.group_baseline([1.0, 0.0], [0, 2], "rloo"), ["0..G-1"]),
+        (lambda: baselines.group_baseline([1.0, 0.0], [0, 0], "rloo", pool_count=[2]), ["pool_mean", "together"]),
     ],
 )
 def test_bad_input(call, words):
@@ -100,3 +114,26 @@ def test_bad_input(call, words):
         call()
     for word in words:
         assert word in str(e.value)
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(st.lists(st.lists(st.sampled_from([0.0, 1.0, 0.5, -1.0]), min_size=1, max_size=5), min_size=1, max_size=5),
+       st.sampled_from(["rloo", "reinforce_baseline", "dr_grpo", "group_norm"]), st.randoms(use_true_random=False))
+def test_a_group_is_its_index_not_its_place(groups, estimator, rnd):
+    """The samples of a group need not be contiguous (each sample names its group): shuffling the samples together
+    with their group indices shuffles the advantages alike, and the per-group helpers agree by hand."""
+    flat = [x for g in groups for x in g]
+    index = [i for i, g in enumerate(groups) for _ in g]
+    order = list(range(len(flat)))
+    rnd.shuffle(order)
+    contiguous = baselines.group_baseline(flat, index, estimator)
+    shuffled = baselines.group_baseline([flat[i] for i in order], [index[i] for i in order], estimator)
+    assert shuffled.tolist() == [contiguous[i].item() for i in order]
+    shuffled_index = [index[i] for i in order]
+    assert baselines.group_firsts(shuffled_index).tolist() == [shuffled_index.index(g) for g in range(len(groups))]
+    sums = baselines.group_sums([flat[i] for i in order], shuffled_index).tolist()
+    assert sums == pytest.approx([sum(g) for g in groups])
+    stds = baselines.group_std(flat, index).tolist()
+    for g, std in zip(groups, stds):
+        m = sum(g) / len(g)
+        assert std == pytest.approx((sum((x - m) ** 2 for x in g) / max(len(g) - 1, 1)) ** 0.5)

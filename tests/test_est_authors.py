@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from openrlhf_ada.algorithms.adora import AdoraConfig, ragged_group_stats, ragged_sample_weights
+from openrlhf_ada.algorithms.baselines import group_index, pad_groups
 from openrlhf_ada.algorithms.estimate import (
     ALLOCATION_RULES,
     EST_PRESETS,
@@ -20,7 +21,6 @@ from openrlhf_ada.algorithms.estimate import (
     SeenWatch,
     allocate_authors,
     authors_baseline,
-    pad_groups,
     pass_rate_estimate,
 )
 from openrlhf_ada.algorithms.history import HistoryConfig, PromptHistory
@@ -102,16 +102,16 @@ def test_authors_advantage_by_hand():
     sizes = [1, 4, 3]
     positive = [x > 0.7 for x in r]
     # group of one: mean 0 -> advantage r = 1; group [0, 1, 1, 0]: mean 2/4; group [0, 0, 0]: mean 0
-    assert authors_baseline(r, sizes, positive).tolist() == [1.0, -0.5, 0.5, 0.5, -0.5, 0.0, 0.0, 0.0]
+    assert authors_baseline(r, group_index(sizes), positive).tolist() == [1.0, -0.5, 0.5, 0.5, -0.5, 0.0, 0.0, 0.0]
     # with the std: group [0, 1, 1, 0] unbiased std sqrt((4 x 0.25) / 3) = 0.57735 -> +-0.5 / (0.57735 + 1e-6);
     # group [0, 0, 0]: std 0 clamped to 1e-6, its centred rewards are 0; group of one: std 1 -> 1 / (1 + 1e-6)
-    out = authors_baseline(r, sizes, positive, norm_by_std=True).tolist()
+    out = authors_baseline(r, group_index(sizes), positive, norm_by_std=True).tolist()
     assert out[0] == pytest.approx(1 / (1 + 1e-6))
     a = 0.5 / (math.sqrt(1 / 3) + 1e-6)
     assert out[1:5] == pytest.approx([-a, a, a, -a], rel=1e-6)
     assert out[5:] == [0.0, 0.0, 0.0]
     # shaped rewards: the mean is the share of correct samples (> 0.7), not the mean reward
-    shaped = authors_baseline([0.8, 0.2, 0.9], [3], [True, False, True]).tolist()
+    shaped = authors_baseline([0.8, 0.2, 0.9], [0, 0, 0], [True, False, True]).tolist()
     assert shaped == pytest.approx([0.8 - 2 / 3, 0.2 - 2 / 3, 0.9 - 2 / 3], abs=1e-6)
 
 

@@ -10,18 +10,22 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from openrlhf_ada.algorithms.baselines import group_baseline, group_index
 from openrlhf_ada.algorithms.estimate import (
     EstConfig,
     allocate,
     allocation_metrics,
     ema_update,
-    group_index,
     pass_rate_estimate,
     prompt_weights,
-    ragged_baseline,
 )
 from openrlhf_ada.algorithms.history import HistoryConfig, PromptHistory
 from openrlhf_ada.algorithms.reinforce_ada import AdaConfig
+
+
+def ragged_baseline(rewards, sizes, estimator):
+    """The one group baseline on contiguous groups of the given sizes."""
+    return group_baseline(rewards, group_index(sizes), estimator)
 
 
 # -- the estimator ------------------------------------------------------------------------------------------------

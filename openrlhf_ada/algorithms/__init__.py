@@ -4,7 +4,7 @@ pool/group baselines, and the undiscounted returns. Every other layer calls thes
 registered functions (registry.py)."""
 
 from openrlhf_ada.algorithms.adora import AdoraConfig, adora_weights, load_weight_func, register_adora_rule
-from openrlhf_ada.algorithms.baselines import group_baseline, pool_baseline
+from openrlhf_ada.algorithms.baselines import group_baseline, group_index
 from openrlhf_ada.algorithms.history import HistoryConfig, PromptHistory, prompt_key
 from openrlhf_ada.algorithms.reinforce_ada import (
     AdaConfig,
@@ -25,8 +25,8 @@ __all__ = [
     "adora_weights",
     "exit_reached",
     "group_baseline",
+    "group_index",
     "load_weight_func",
-    "pool_baseline",
     "prompt_key",
     "register_adora_rule",
     "register_exit_rule",

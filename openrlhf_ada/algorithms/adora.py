@@ -38,7 +38,7 @@ from typing import Callable, Dict, Optional
 import torch
 
 from openrlhf_ada.algorithms._checks import as_matrix, check_choice, check_finite, check_int
-from openrlhf_ada.algorithms.estimate import group_index, pad_groups
+from openrlhf_ada.algorithms.baselines import group_index, pad_groups
 from openrlhf_ada.algorithms.registry import Registry
 
 logger = logging.getLogger(__name__)

@@ -24,9 +24,9 @@ A preset (`EST_PRESETS`, `--ada.est_preset`) names a whole setting: `paper` (the
 1/sqrt) or `authors` (their prior Beta(1, 16), decay 0.9, their allocation, no explicit weight, their advantage
 `authors_baseline`); `EstConfig.from_preset` builds the frozen config from a preset and the flags that override it.
 
-Every sample is trained, so groups have different sizes (one sample, under the authors' rule): `ragged_baseline` is each
-group-baseline estimator's formula on groups given by their sizes (contiguous samples; a group of one gets zero),
-`authors_baseline` the authors' GRPO advantage (a group of one keeps its reward), and `prompt_weights` the explicit weight of the log
+Every sample is trained, so groups have different sizes (one sample, under the authors' rule): their baseline is
+`baselines.group_baseline` (each estimator's formula on any groups; a group of one gets zero), or
+`authors_baseline`, the authors' GRPO advantage (a group of one keeps its reward), and `prompt_weights` the explicit weight of the log
 objective, w = min(cap, p^-k + eps) with k = 1 (`inv_pass_rate`, Seq's 1/p_hat) or 1/2 (`inv_sqrt_pass_rate`,
 Est's advantage (r - r_bar) (1/sqrt(r_bar) + eps)); a group with p = 0 gets the cap (its centred rewards are zero
 for 0/1 rewards anyway). `allocation_metrics` gives the spread of the allocation and Cov(N_x, r_x); `SeenWatch`
@@ -43,13 +43,12 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 
 from openrlhf_ada.algorithms._checks import check_choice, check_finite, check_int
+from openrlhf_ada.algorithms.baselines import check_groups
 from openrlhf_ada.algorithms.registry import Registry
 
 STRATEGIES = ("seq", "est")
 PROMPT_WEIGHTS = ("none", "inv_pass_rate", "inv_sqrt_pass_rate")
-RAGGED_ESTIMATORS = ("rloo", "reinforce_baseline", "dr_grpo", "group_norm")
 EST_BASELINES = ("group", "authors")  # each estimator's formula on the group; the authors' GRPO (authors_baseline)
-EPS = 1e-9  # group_norm's, as upstream's
 AUTHORS_EPS = 1e-6  # the authors' GRPO epsilon (std clamp and divisor)
 AUTHORS_P_FLOOR = 1e-6  # the authors' floor on p_hat in their weight 1 / p_hat
 
@@ -261,78 +260,12 @@ def allocate_authors(p_hat, total: int, *, n_min: int = 1, n_max: Optional[int] 
     return torch.tensor(counts, dtype=torch.int64)
 
 
-# -- groups of varying size --------------------------------------------------------------------------------------
-def _sizes(sizes, count: int) -> torch.Tensor:
-    s = torch.as_tensor(sizes, dtype=torch.int64).reshape(-1)
-    if s.numel() == 0 or (s < 1).any() or int(s.sum()) != count:
-        raise ValueError(f"group sizes {s.tolist()} must be >= 1 each and sum to the {count} samples")
-    return s
-
-
-def group_index(sizes) -> torch.Tensor:
-    """The group of each sample [S] for contiguous groups of the given sizes: [2, 3] -> [0, 0, 1, 1, 1]."""
-    s = torch.as_tensor(sizes, dtype=torch.int64).reshape(-1)
-    return torch.repeat_interleave(torch.arange(s.numel()), s)
-
-
-def pad_groups(values, sizes, fill=0) -> Tuple[torch.Tensor, torch.Tensor]:
-    """A per-sample vector [S] as a [P, max size] matrix, row g holding group g's samples then `fill`, and the mask of
-    real entries: ([1, 2, 3], sizes [1, 2]) -> [[1, fill], [2, 3]], [[True, False], [True, True]]."""
-    v = torch.as_tensor(values).reshape(-1)
-    s = _sizes(sizes, v.numel())
-    starts = torch.cumsum(s, 0) - s
-    position = torch.arange(v.numel()) - starts[group_index(s)]
-    out = torch.full((s.numel(), int(s.max())), fill, dtype=v.dtype)
-    out[group_index(s), position] = v
-    mask = torch.arange(int(s.max())).unsqueeze(0) < s.unsqueeze(1)
-    return out, mask
-
-
-def group_sums(values: torch.Tensor, sizes) -> torch.Tensor:
-    """Per-group sums [P] of a per-sample vector [S] (float64)."""
-    v = torch.as_tensor(values, dtype=torch.float64).reshape(-1)
-    s = _sizes(sizes, v.numel())
-    return torch.zeros(s.numel(), dtype=torch.float64).index_add_(0, group_index(s), v)
-
-
-def ragged_baseline(rewards, sizes, estimator: str, *, eps: float = EPS) -> torch.Tensor:
-    """Baseline-subtracted rewards [S] for contiguous groups of the given sizes, with each estimator's group formula
-    on the group's own samples (all of a prompt's samples under Est):
-
-        rloo                 r_i - (sum_g - r_i) / (N_g - 1)
-        reinforce_baseline   r_i - mean_g
-        dr_grpo              r_i - mean_g
-        group_norm           (r_i - mean_g) / (std_g + eps)    (std unbiased)
-
-    A group whose rewards are all equal gets exactly zero, a group of one sample too (it has no baseline to compare
-    with). Returned in the rewards' dtype (float32 at least)."""
-    check_choice("estimator", estimator, RAGGED_ESTIMATORS)
-    r_in = torch.as_tensor(rewards)
-    dtype = torch.promote_types(r_in.dtype, torch.float32)
-    r = r_in.reshape(-1).double()
-    s = _sizes(sizes, r.numel())
-    g = group_index(s)
-    count = s.double()
-    total = group_sums(r, s)
-    mean = total / count
-    others = (count - 1).clamp(min=1)  # a group of one: any value, replaced by zero below
-    if estimator == "rloo":
-        out = r - (total[g] - r) / others[g]
-    else:
-        out = r - mean[g]
-        if estimator == "group_norm":
-            var = group_sums((r - mean[g]) ** 2, s) / others
-            out = out / (var.sqrt()[g] + eps)
-    lo = torch.full_like(total, math.inf).scatter_reduce(0, g, r, "amin")
-    hi = torch.full_like(total, -math.inf).scatter_reduce(0, g, r, "amax")
-    all_equal = (lo == hi)[g]
-    return torch.where(all_equal, torch.zeros_like(out), out).to(dtype)
-
-
-def authors_baseline(rewards, sizes, positive, *, norm_by_std: bool = False) -> torch.Tensor:
+# -- the authors' advantage -----------------------------------------------------------------------------------------
+def authors_baseline(rewards, group, positive, *, norm_by_std: bool = False) -> torch.Tensor:
     """The authors' Est advantage [S] (RLHFlow/Reinforce-Ada, branch hanze, verl/trainer/ppo/core_algos.py,
-    `compute_grpo_outcome_advantage` with global_stat_est, `_compute_with_global_stats`), on contiguous groups of the
-    given sizes: from the group's counts of correct (`positive`, bool [S]) and wrong samples,
+    `compute_grpo_outcome_advantage` with global_stat_est, `_compute_with_global_stats`), on the groups of `group`
+    (each sample's group index, baselines.group_index): from the group's counts of correct (`positive`, bool [S]) and
+    wrong samples,
 
         a group of one    mean 0, std 1                 (its advantage is r itself)
         otherwise         mean = #correct / size,  std = max(unbiased std of [1] x #correct + [0] x #wrong, 1e-6)
@@ -341,14 +274,14 @@ def authors_baseline(rewards, sizes, positive, *, norm_by_std: bool = False) -> 
 
     The mean is the share of correct samples, not the mean reward (the same for 0/1 rewards). In float32, as theirs."""
     r = torch.as_tensor(rewards).reshape(-1).float()
-    s = _sizes(sizes, r.numel())
+    g, groups = check_groups(group, r.numel())
     pos = torch.as_tensor(positive).reshape(-1).bool()
     if pos.numel() != r.numel():
         raise ValueError(f"positive has {pos.numel()} entries for {r.numel()} rewards")
-    g = group_index(s)
-    count = s.float()
-    n_pos = torch.zeros(s.numel(), dtype=torch.float32).index_add_(0, g, pos.float())
-    single = s <= 1
+    sizes = torch.bincount(g, minlength=groups)
+    count = sizes.float()
+    n_pos = torch.zeros(groups, dtype=torch.float32).index_add_(0, g, pos.float())
+    single = sizes <= 1
     mean = torch.where(single, torch.zeros_like(count), n_pos / count)
     out = r - mean[g]
     if norm_by_std:

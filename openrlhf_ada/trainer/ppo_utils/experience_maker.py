@@ -1,27 +1,25 @@
-"""`AdoraPoolExperienceMaker`: upstream's RemoteExperienceMaker with ADORA weights and the Reinforce-Ada pool baseline.
+"""`AdoraPoolExperienceMaker`: upstream's RemoteExperienceMaker with ADORA weights and Reinforce-Ada's baselines.
 
 Only `compute_advantages_and_returns` changes (and upstream's per-token return loop, where a faster sum is exact):
 - neither feature active at this step: upstream's method (bit-for-bit). At gamma = 1 its return loop over the
   response positions (one small tensor operation per token: seconds per step at 4k-token answers) becomes one
   reverse cumulative sum where that gives the very same values, i.e. when every row holds at most one nonzero token
   reward (outcome rewards without a KL term in the reward; algorithms/returns.py); otherwise the loop runs;
-- `--ada.enable --ada.baseline pool` with rloo / reinforce_baseline / dr_grpo / group_norm: the group baseline uses
-  the per-prompt pool statistics that RoundsSamplesGenerator put into each sample's `info` (ada_pool_count / _mean /
-  _std) instead of the kept group's; everything around it (length penalties, KL reward, clipping, returns, global
-  whitening for reinforce_baseline) follows upstream's order, built from upstream's own helpers, except the returns:
-  one reverse cumulative sum (algorithms/returns.py) instead of upstream's loop over positions;
+- the project's baselines, one path (`_group_advantages`) for `--ada.enable --ada.baseline pool` (Seq, with rloo /
+  reinforce_baseline / dr_grpo / group_norm) and `--ada.strategy est`: each sample's group index (Seq: sample i of
+  the rollout belongs to group i // n; Est: every sample of a prompt is trained, so groups have different sizes,
+  found in rollout order: a group starts at pool index 0 and its size is its pool count), then
+  baselines.group_baseline on it (Seq: with the per-prompt pool statistics RoundsSamplesGenerator put into each
+  sample's `info`, ada_pool_count / _mean / _std; Est: the group's own, or with the `authors` preset their GRPO
+  advantage, estimate.authors_baseline), then the `--ada.prompt_weight` from the pool's pass rate
+  (`ada_pool_pass_rate`, estimate.prompt_weights; not read with `none`), before the KL term. Everything around it
+  (length penalties, KL reward, clipping, returns, global whitening for reinforce_baseline) follows upstream's
+  order, built from upstream's own helpers, except the returns: one reverse cumulative sum (algorithms/returns.py)
+  instead of upstream's loop over positions;
 - `--adora.enable` inside [start_step, end_step): the FINAL advantages of every token of every sample are multiplied
   by its group's weight, after baseline, normalisation and whitening, for every estimator (critic returns are not
-  weighted). Weights and ADORA metrics go into `info`, so upstream's logging carries them to wandb/tensorboard.
-
-- `--ada.prompt_weight` (not none) with the pool baseline: each group's baseline-subtracted rewards are multiplied by
-  its weight from the pool's pass rate (`ada_pool_pass_rate`), before the KL term (estimate.prompt_weights);
-- `--ada.strategy est`: every sample of a prompt is trained, so groups have different sizes. They are found in rollout
-  order (a group starts at pool index 0, its size is its pool count), each group-baseline estimator's formula is
-  applied to them (estimate.ragged_baseline; with the `authors` preset their GRPO advantage, estimate.authors_baseline),
-  then the prompt weight from the group's pass rate (unless `--ada.prompt_weight none`: then the pass rate is not
-  read), then the same KL, returns and whitening as the pool baseline, and with `--adora.enable` each group's ADORA
-  weight from its own samples (adora.ragged_sample_weights).
+  weighted); each group's weight from its own samples, whatever its size (adora.ragged_sample_weights). Weights and
+  ADORA metrics go into `info`, so upstream's logging carries them to wandb/tensorboard.
 
 Groups are defined as upstream defines them: restore rollout order from `experience.index`, sample i belongs to
 prompt i // n (Est: the groups found as above).
@@ -40,21 +38,20 @@ from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
 
 from openrlhf_ada.algorithms.adora import (
     adora_metrics,
-    group_stats,
     in_schedule,
     load_weight_func,
     ragged_group_stats,
     ragged_sample_weights,
-    sample_weights,
 )
-from openrlhf_ada.algorithms.baselines import GROUP_BASELINE_ESTIMATORS, pool_baseline
-from openrlhf_ada.algorithms.estimate import (
-    authors_baseline,
+from openrlhf_ada.algorithms.baselines import (
+    GROUP_BASELINE_ESTIMATORS,
+    group_baseline,
+    group_firsts,
     group_index,
+    group_std,
     group_sums,
-    prompt_weights,
-    ragged_baseline,
 )
+from openrlhf_ada.algorithms.estimate import authors_baseline, prompt_weights
 from openrlhf_ada.algorithms.returns import exact_undiscounted_returns, undiscounted_returns
 from openrlhf_ada.args import ada_config, adora_config
 
@@ -65,10 +62,9 @@ PER_PROMPT_KEYS = POOL_KEYS + ("ada_pool_index", "ada_samples", "ada_pool_pass_r
 
 
 class RolloutOrder:
-    """Maps the experiences' per-sample tensors to the [P, n] prompt-group layout and back."""
+    """Maps the experiences' per-sample tensors to one vector in rollout order and back."""
 
-    def __init__(self, experiences: List[Experience], n: int):
-        self.n = n
+    def __init__(self, experiences: List[Experience]):
         self.lengths = [len(e.index) for e in experiences]
         self.indices = torch.tensor(list(itertools.chain.from_iterable(e.index for e in experiences)))
 
@@ -79,11 +75,9 @@ class RolloutOrder:
         out[self.indices] = flat
         return out
 
-    def group(self, per_sample: List[torch.Tensor]) -> torch.Tensor:
-        return self.flat(per_sample).reshape(-1, self.n)
-
-    def split(self, grouped: torch.Tensor) -> List[torch.Tensor]:
-        return list(grouped.reshape(-1)[self.indices].split(self.lengths))
+    def split(self, flat: torch.Tensor) -> List[torch.Tensor]:
+        """A per-sample vector in rollout order back into the experiences' layout."""
+        return list(flat.reshape(-1)[self.indices].split(self.lengths))
 
 
 class AdoraPoolExperienceMaker(RemoteExperienceMaker):
@@ -127,134 +121,103 @@ class AdoraPoolExperienceMaker(RemoteExperienceMaker):
         return super().get_cumulative_returns(rewards, action_mask, gamma)
 
     def _advantages(self, experiences: List[Experience]) -> List[Experience]:
-        if self.est:
-            return self._advantages_est(experiences)
-        if not self.uses_pool_baseline and not self.adora_active:
+        if self.est or self.uses_pool_baseline:
+            return self._group_advantages(experiences)
+        if not self.adora_active:
             return super().compute_advantages_and_returns(experiences)
-        order = RolloutOrder(experiences, self.args.rollout.n_samples_per_prompt)
-        # ADORA reads the outcome before length penalties touch the rewards.
-        outcome = self._grouped_outcome(experiences, order) if self.adora_active else None
-        if self.uses_pool_baseline:
-            experiences = self._advantages_with_pool_baseline(experiences, order)
-        else:
-            experiences = super().compute_advantages_and_returns(experiences)
-        if outcome is not None:
-            self._apply_adora(experiences, order, outcome)
+        # upstream's advantages, weighted by ADORA; ADORA reads the outcome before length penalties touch the rewards
+        order = RolloutOrder(experiences)
+        outcome = self._outcome(experiences, order)
+        experiences = super().compute_advantages_and_returns(experiences)
+        group = torch.arange(len(order.indices)) // self.args.rollout.n_samples_per_prompt
+        self._apply_adora(experiences, order, group, outcome)
         return experiences
 
+    # -- the project's baselines: one path for Seq's pool baseline and Est's groups -------------------------------
+    def _group_advantages(self, experiences: List[Experience]) -> List[Experience]:
+        """Group index -> baseline (the pool's statistics for Seq) -> prompt weight -> KL, returns, advantages ->
+        ADORA (module docstring)."""
+        args, ada = self.args, self.ada
+        weighted = ada.weight_kind != "none"
+        keys = POOL_KEYS + (("ada_pool_index",) if self.est else ()) + (("ada_pool_pass_rate",) if weighted else ())
+        missing = [k for k in keys if any(k not in e.info for e in experiences)]
+        if missing:
+            what = "--ada.strategy est" if self.est else "--ada.baseline pool"
+            raise RuntimeError(f"{what} needs {missing} in every sample's info (set by RoundsSamplesGenerator); "
+                               "these experiences were not produced by it")
+        for e in experiences:
+            e.rewards = e.rewards.to(torch.promote_types(e.rewards.dtype, torch.float32))
+        order = RolloutOrder(experiences)
+        # the outcome before length penalties touch the rewards: what ADORA and the authors' counts read
+        outcome = self._outcome(experiences, order)
+        apply_length_penalties(experiences, args)
+        rewards = order.flat([e.rewards for e in experiences])
+        per_sample = {k: order.flat([e.info[k].float() for e in experiences]) for k in keys}
+        group = self._est_groups(per_sample) if self.est else (
+            torch.arange(rewards.numel()) // args.rollout.n_samples_per_prompt)
+        first = group_firsts(group)  # where each group's per-prompt values are read
+        estimator = args.algo.advantage.estimator
+        if self.est and ada.est_config.baseline == "authors":  # their GRPO: dr_grpo r - share correct, group_norm / std
+            positive = outcome["scores"] > ada.positive_threshold
+            shaped = authors_baseline(rewards, group, positive, norm_by_std=estimator == "group_norm").to(rewards.dtype)
+        elif self.est:
+            shaped = group_baseline(rewards, group, estimator)
+        else:
+            shaped = group_baseline(rewards, group, estimator, pool_count=per_sample["ada_pool_count"][first],
+                                    pool_mean=per_sample["ada_pool_mean"][first],
+                                    pool_std=per_sample["ada_pool_std"][first])
+        if weighted:
+            w = prompt_weights(per_sample["ada_pool_pass_rate"][first], ada.weight_kind, eps=ada.prompt_weight_eps,
+                               cap=ada.prompt_weight_cap)[group]
+            shaped = (shaped.double() * w).to(rewards.dtype)
+            for e, wi in zip(experiences, order.split(w.float())):
+                e.info["ada_prompt_weight"] = wi
+        for e, std in zip(experiences, order.split(group_std(rewards, group)[group].float())):
+            e.info["group_reward_std"] = std
+        self._finish_group_advantages(experiences, order.split(shaped))
+        if self.adora_active:
+            self._apply_adora(experiences, order, group, outcome)
+        return experiences
+
+    @staticmethod
+    def _est_groups(per_sample: dict) -> torch.Tensor:
+        """--ada.strategy est: each sample's group, found in rollout order (a group's pool indices are 0..size-1,
+        contiguous, and its size is its pool count)."""
+        index, count = per_sample["ada_pool_index"], per_sample["ada_pool_count"]
+        starts = (index == 0).nonzero().reshape(-1)
+        sizes = torch.diff(starts, append=torch.tensor([index.numel()]))
+        if starts.numel() == 0 or starts[0] != 0 or not torch.equal(sizes.double(), count[starts].double()):
+            raise RuntimeError("--ada.strategy est: the samples are not whole groups in rollout order (each group's "
+                               "pool indices 0..size-1, contiguous)")
+        return group_index(sizes)
+
     # -- ADORA -------------------------------------------------------------------------------------------------
-    def _grouped_outcome(self, experiences, order: RolloutOrder) -> dict:
-        return self._outcome(experiences, order.group)
-
-    def _apply_adora(self, experiences, order: RolloutOrder, outcome: dict) -> None:
-        stats = group_stats(outcome["scores"], outcome["lengths"], outcome["truncated"],
-                            positive_threshold=self.adora.positive_threshold)
-        weights = sample_weights(self.adora, step=self.global_step, weight_func=self.weight_func, stats=stats,
-                                 **outcome)
-        self._weight_advantages(experiences, order, weights, adora_metrics(stats, weights, boost=self.adora.boost))
-
-    def _weight_advantages(self, experiences, order: RolloutOrder, weights: torch.Tensor, metrics: dict) -> None:
-        """Multiply every sample's final advantages by its ADORA weight (in rollout order, [P, n] or [S]); the
-        weights and the step's ADORA metrics go into `info`."""
+    def _apply_adora(self, experiences, order: RolloutOrder, group: torch.Tensor, outcome: dict) -> None:
+        """Multiply every sample's final advantages by its group's ADORA weight (from the group's own samples,
+        whatever its size); the weights and the step's ADORA metrics go into `info`."""
+        sizes = torch.bincount(group)
+        stats = ragged_group_stats(outcome["scores"], outcome["lengths"], outcome["truncated"], sizes,
+                                   positive_threshold=self.adora.positive_threshold)
+        weights = ragged_sample_weights(self.adora, step=self.global_step, weight_func=self.weight_func,
+                                        stats=stats, sizes=sizes, **outcome)
+        metrics = adora_metrics(stats, group_sums(weights, group) / sizes, boost=self.adora.boost)
         for experience, w in zip(experiences, order.split(weights)):
             experience.advantages = experience.advantages * w.to(experience.advantages.dtype).unsqueeze(-1)
             experience.info["adora_weight"] = w.float()
             for key, value in metrics.items():
                 experience.info[key.replace("/", "_")] = torch.full_like(w, value, dtype=torch.float32)
 
-    # -- pool baseline -----------------------------------------------------------------------------------------
-    def _advantages_with_pool_baseline(self, experiences, order: RolloutOrder) -> List[Experience]:
-        args = self.args
-        missing = [k for k in POOL_KEYS if any(k not in e.info for e in experiences)]
-        if missing:
-            raise RuntimeError(
-                f"--ada.baseline pool needs {missing} in every sample's info (set by RoundsSamplesGenerator); "
-                "these experiences were not produced by it"
-            )
-        for e in experiences:
-            e.rewards = e.rewards.to(torch.promote_types(e.rewards.dtype, torch.float32))
-        apply_length_penalties(experiences, args)
-
-        rewards = order.group([e.rewards for e in experiences])
-        for e, std in zip(experiences, order.split(rewards.std(-1, keepdim=True).expand_as(rewards))):
-            e.info["group_reward_std"] = std
-        pool = {k: order.group([e.info[k].float() for e in experiences])[:, 0] for k in POOL_KEYS}
-        shaped = pool_baseline(rewards, args.algo.advantage.estimator, pool_count=pool["ada_pool_count"],
-                               pool_mean=pool["ada_pool_mean"], pool_std=pool["ada_pool_std"]).to(rewards.dtype)
-        if self.ada.weight_kind != "none":
-            pass_rate = order.group([e.info["ada_pool_pass_rate"].float() for e in experiences])[:, 0]
-            w = prompt_weights(pass_rate, self.ada.weight_kind, eps=self.ada.prompt_weight_eps,
-                               cap=self.ada.prompt_weight_cap)
-            shaped = (shaped.double() * w.unsqueeze(-1)).to(rewards.dtype)
-            for e, wi in zip(experiences, order.split(w.unsqueeze(-1).expand_as(rewards))):
-                e.info["ada_prompt_weight"] = wi.float()
-        self._finish_group_advantages(experiences, order.split(shaped))
-        return experiences
-
-    def _advantages_est(self, experiences) -> List[Experience]:
-        """--ada.strategy est: groups of varying size (module docstring)."""
-        args = self.args
-        weighted = self.ada.weight_kind != "none"
-        keys = POOL_KEYS + ("ada_pool_index",) + (("ada_pool_pass_rate",) if weighted else ())
-        missing = [k for k in keys if any(k not in e.info for e in experiences)]
-        if missing:
-            raise RuntimeError(f"--ada.strategy est needs {missing} in every sample's info (set by "
-                               "RoundsSamplesGenerator); these experiences were not produced by it")
-        for e in experiences:
-            e.rewards = e.rewards.to(torch.promote_types(e.rewards.dtype, torch.float32))
-        order = RolloutOrder(experiences, 1)
-        # the outcome before length penalties touch the rewards: what ADORA and the authors' counts read
-        outcome = self._outcome(experiences, order.flat)
-        apply_length_penalties(experiences, args)
-        rewards = order.flat([e.rewards for e in experiences])
-        index = order.flat([e.info["ada_pool_index"].float() for e in experiences])
-        count = order.flat([e.info["ada_pool_count"].float() for e in experiences])
-        starts = (index == 0).nonzero().reshape(-1)
-        sizes = torch.diff(starts, append=torch.tensor([index.numel()]))
-        if starts.numel() == 0 or starts[0] != 0 or not torch.equal(sizes.double(), count[starts].double()):
-            raise RuntimeError("--ada.strategy est: the samples are not whole groups in rollout order (each group's "
-                               "pool indices 0..size-1, contiguous)")
-        if self.ada.est_config.baseline == "authors":  # their GRPO: dr_grpo r - share correct, group_norm / std
-            positive = outcome["scores"] > self.ada.positive_threshold
-            shaped = authors_baseline(rewards, sizes, positive,
-                                      norm_by_std=args.algo.advantage.estimator == "group_norm").to(rewards.dtype)
-        else:
-            shaped = ragged_baseline(rewards, sizes, args.algo.advantage.estimator)
-        g = group_index(sizes)
-        if weighted:
-            pass_rate = order.flat([e.info["ada_pool_pass_rate"].float() for e in experiences])[starts]
-            w = prompt_weights(pass_rate, self.ada.weight_kind, eps=self.ada.prompt_weight_eps,
-                               cap=self.ada.prompt_weight_cap)[g]
-            shaped = (shaped.double() * w).to(rewards.dtype)
-            for e, wi in zip(experiences, order.split(w.float())):
-                e.info["ada_prompt_weight"] = wi
-        mean = group_sums(rewards, sizes) / sizes
-        var = group_sums((rewards.double() - mean[g]) ** 2, sizes)
-        std = (var / (sizes - 1).clamp(min=1)).sqrt()[g].float()
-        for e, s in zip(experiences, order.split(std)):
-            e.info["group_reward_std"] = s
-        self._finish_group_advantages(experiences, order.split(shaped))
-        if self.adora_active:  # each group's ADORA weight from its own samples, whatever its size
-            stats = ragged_group_stats(outcome["scores"], outcome["lengths"], outcome["truncated"], sizes,
-                                       positive_threshold=self.adora.positive_threshold)
-            weights = ragged_sample_weights(self.adora, step=self.global_step, weight_func=self.weight_func,
-                                            stats=stats, sizes=sizes, **outcome)
-            per_group = group_sums(weights, sizes) / sizes
-            self._weight_advantages(experiences, order, weights,
-                                    adora_metrics(stats, per_group, boost=self.adora.boost))
-        return experiences
-
     @staticmethod
-    def _outcome(experiences, arrange: Callable) -> dict:
-        """Scores (rewards where the reward file gives none), rewards, lengths and truncation of every sample,
-        each arranged by `arrange` (RolloutOrder.group or .flat)."""
-        rewards = arrange([e.rewards.float() for e in experiences])
+    def _outcome(experiences, order: RolloutOrder) -> dict:
+        """Scores (rewards where the reward file gives none), rewards, lengths and truncation of every sample, in
+        rollout order."""
+        rewards = order.flat([e.rewards.float() for e in experiences])
         has_scores = all(e.scores is not None for e in experiences)
         return dict(
-            scores=arrange([e.scores.float() for e in experiences]) if has_scores else rewards.clone(),
+            scores=order.flat([e.scores.float() for e in experiences]) if has_scores else rewards.clone(),
             rewards=rewards,
-            lengths=arrange([e.response_length.float() for e in experiences]),
-            truncated=arrange([e.truncated.bool() for e in experiences]),
+            lengths=order.flat([e.response_length.float() for e in experiences]),
+            truncated=order.flat([e.truncated.bool() for e in experiences]),
         )
 
     def _finish_group_advantages(self, experiences, shaped: List[torch.Tensor]) -> None:
