@@ -13,20 +13,19 @@ How it is solved (`allocate_knapsack`):
 
 - every prompt first gets n_min; the remaining R = total - P n_min samples are the knapsack's capacity;
 - prompts with 0 < p < 1 are the items: a dynamic programme over them (prompt by prompt, for every used capacity
-  w = 0..R, the best summed value) gives each one extra k in [0, n_max - n_min] samples, at value v(p, n_min + k);
-  the programme fills the capacity exactly, so the optimum is over allocations that use the whole budget;
+  w = 0..R, the best summed value f_i(w) = max_k f_(i-1)(w - k) + v(p_i, n_min + k)) gives each one extra k in
+  [0, n_max - n_min] samples; the programme fills the capacity exactly, so the optimum is over allocations that use
+  the whole budget. v(p, N) is concave in N (its increment p (1 - p)^2 (p^N (1 - p) + (1 - p)^N p) falls with N),
+  so every stage's table is concave and the programme's maximum is a merge of sorted increments (`_solve`): the
+  exact optimum at a sort's cost instead of the plain table's O(P x R x (n_max - n_min)) (the tests check it
+  against that plain table and a brute force over every allocation);
 - a prompt whose p is exactly 0 or 1 has value 0 for every N: it stays at n_min as long as another prompt can still
   take a sample (v(p, N) strictly increases in N for 0 < p < 1, so a sample given to it is never worth less);
 - what the items cannot take (every one of them at n_max) is spread evenly over the prompts at p = 0 first (the
   unsolved ones, where more samples may find a first success: the authors' choice), then over those at p = 1, each
   up to n_max; a remainder goes one each to the earlier prompts.
 
-Ties (allocations whose summed values differ by at most 1e-12): a later prompt takes the fewest extra samples that
-keep the optimum, so of two equal prompts the earlier one gets more. The programme costs O(P x R x (n_max - n_min))
-time and O(P x R) memory (512 prompts, 16 samples each, n_max 128: under a second on one core).
-
-v(p, N) is concave in N (its increment p^N (1 - p) + (1 - p)^N p times p (1 - p)^2 falls with N), so taking the
-samples one at a time by largest increment reaches the same optimum; the tests use that as an independent check.
+Ties (equal increments): the earlier prompt takes the sample, so of two equal prompts the earlier one gets more.
 
 Where this departs from the authors' code (liziniu/KnapsackRL, verl/trainer/ppo/exploration_utils.py):
 
@@ -36,6 +35,8 @@ Where this departs from the authors' code (liziniu/KnapsackRL, verl/trainer/ppo/
   log(0.1) / log(max(p, 1 - p)), capped at n_max) and, when the sum is below the budget, moves the difference to the
   prompts at p = 0 (or, without any, to the other prompts outside the knapsack) before the programme runs; here the
   items keep every sample that adds value, and only what no item can take goes to p = 0 and p = 1;
+- their programme fills its table cell by cell (O(P x R x (n_max - n_min)), numba when large); here the same
+  recurrence through the merge of increments, which the values' concavity makes exact;
 - their p = 0 and p = 1 prompts get their own counts (negative_n, positive_n; n_min in their script); here n_min;
 - their prompts with fewer than 8 samples of history get the plain n outside the knapsack; this function sees only
   pass rates, so the caller decides an unseen prompt's p (Est's estimator gives it the prior mean);
@@ -46,21 +47,19 @@ Where this departs from the authors' code (liziniu/KnapsackRL, verl/trainer/ppo/
 
 `allocate_knapsack` has the signature of Est's allocation rules, fn(p_hat, total, *, n_min, n_max, eps) -> counts
 (eps is not used; n_max None: no upper bound but the budget). `KNAPSACK_HELP` is its one-line description.
-Pure torch and numpy: no Ray, no vLLM.
+Pure torch: no Ray, no vLLM.
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
-import numpy as np
 import torch
 
 from openrlhf_ada.algorithms._checks import check_int
 
 KNAPSACK_HELP = ("Knapsack-RL's: the budget split exactly within [est_min, est_max] to maximise the summed "
                  "(1 - p^N - (1 - p)^N) p (1 - p)^2 by dynamic programming; eps unused")
-TIE = 1e-12  # summed values this close count as equal (the tie rule above)
 
 
 def _value(p, n):
@@ -89,37 +88,36 @@ def _check(p_hat, total: int, n_min: int, n_max: Optional[int]) -> torch.Tensor:
     return p
 
 
-def _solve(p: np.ndarray, n_min: int, extra_max: int, capacity: int) -> np.ndarray:
+def _increments(p: torch.Tensor, n_min: int, count: int) -> torch.Tensor:
+    """v(p, N + 1) - v(p, N) = p (1 - p)^2 (p^N (1 - p) + (1 - p)^N p) for N = n_min .. n_min + count - 1, in closed
+    form (no cancellation), so they are positive and non-increasing in floating point too."""
+    n = n_min + torch.arange(count, dtype=torch.float64)
+    return p * (1.0 - p) ** 2 * (p ** n * (1.0 - p) + (1.0 - p) ** n * p)
+
+
+def _solve(p: torch.Tensor, n_min: int, extra_max: int, capacity: int) -> torch.Tensor:
     """Extra samples [m] (int64) for items of pass rates p [m] (0 < p < 1), each in [0, extra_max], summing to
-    exactly `capacity` (<= m x extra_max), maximising sum v(p, n_min + extra). Time O(m x capacity x extra_max),
-    memory O(m x capacity)."""
-    m = len(p)
-    extra = np.zeros(m, dtype=np.int64)
+    exactly `capacity` (<= m x extra_max), maximising sum v(p, n_min + extra).
+
+    The programme over the items, f_i(w) = max_k f_{i-1}(w - k) + v(p_i, n_min + k), keeps each stage's table as its
+    increments f_i(w + 1) - f_i(w), largest first, each labelled with the item whose sample it is. Every g_i(k) =
+    v(p_i, n_min + k) is concave and so is every f_i, and the maximum over k of a sum of two concave tables takes
+    the w largest of their increments together (exchanging a smaller one for a larger one never lowers the sum):
+    stage i is the merge of stage i - 1 with item i's increments, the capacity's worth kept. Ties keep the earlier
+    stage's increments first (a stable sort), so an earlier prompt wins a tie. Time O(m x (capacity + extra_max)
+    log), memory O(capacity + extra_max)."""
+    m = p.numel()
     if m == 0 or capacity == 0:
-        return extra
-    kmax = min(extra_max, capacity)
-    n = n_min + np.arange(kmax + 1, dtype=np.float64)
-    best = np.full(capacity + 1, -np.inf)  # best[w]: the best value of the items so far using exactly w samples
-    best[0] = 0.0
-    choice = np.zeros((m, capacity + 1), dtype=np.int32)  # item i's extra samples in that optimum, at each w
+        return torch.zeros(m, dtype=torch.int64)
+    count = min(extra_max, capacity)
+    steps = torch.empty(0, dtype=torch.float64)  # the stage's increments, largest first
+    owner = torch.empty(0, dtype=torch.int64)  # the item each one is a sample of
     for i in range(m):
-        gain = _value(p[i], n)  # v(p_i, n_min + k), k = 0..kmax
-        new = best + gain[0]
-        kept = new.copy()  # the value of the choice made so far: a larger k is taken only when better by > TIE
-        for k in range(1, kmax + 1):
-            value = best[:-k] + gain[k]
-            better = value > kept[k:] + TIE
-            kept[k:][better] = value[better]
-            choice[i, k:][better] = k
-            np.maximum(new[k:], value, out=new[k:])
-        best = new
-    left = capacity
-    for i in range(m - 1, -1, -1):  # back from the last item
-        extra[i] = choice[i, left]
-        left -= int(extra[i])
-    if left != 0:  # only if the programme's table were wrong
-        raise RuntimeError(f"knapsack: {capacity - left} of {capacity} samples placed")
-    return extra
+        values = torch.cat([steps, _increments(p[i], n_min, count)])
+        owners = torch.cat([owner, torch.full((count,), i, dtype=torch.int64)])
+        order = torch.sort(values, descending=True, stable=True).indices[:capacity]
+        steps, owner = values.index_select(0, order), owners.index_select(0, order)
+    return torch.bincount(owner, minlength=m)  # f_m(capacity): the capacity's largest increments
 
 
 def _spread(counts: torch.Tensor, index: torch.Tensor, amount: int, cap: int) -> int:
@@ -149,7 +147,7 @@ def allocate_knapsack(p_hat, total: int, *, n_min: int, n_max: Optional[int], ep
     capacity = total - P * n_min
     items = torch.nonzero((p > 0) & (p < 1)).reshape(-1)
     used = min(capacity, items.numel() * (cap - n_min))
-    counts[items] += torch.from_numpy(_solve(p[items].numpy(), n_min, cap - n_min, used))
+    counts[items] += _solve(p[items], n_min, cap - n_min, used)
     left = capacity - used
     left = _spread(counts, torch.nonzero(p == 0).reshape(-1), left, cap)
     left = _spread(counts, torch.nonzero(p == 1).reshape(-1), left, cap)
