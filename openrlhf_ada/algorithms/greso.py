@@ -9,9 +9,8 @@ For one prompt, from its groups in earlier epochs (oldest first, as (num_pos, nu
              ("hard" streak); at most one of the two is non-zero (the last group decides which)
     skip     1 - max(p_e ^ z, keep_floor),  with p_e = p_easy or p_hard by the streak's kind; 0 when z = 0
 
-so a prompt is always kept with probability at least keep_floor (the paper's "minimum exploration probability":
-even a prompt that has been zero-variance for long is re-sampled now and then, and 20% of them become useful
-again in the paper's measurements). A group with no scored sample says nothing and is passed over.
+so a prompt is always kept with probability at least keep_floor (a minimum exploration probability: even a
+prompt that has been zero-variance for long is re-sampled now and then). The numbers are the authors' code's. A group with no scored sample says nothing and is passed over.
 
 After each step, from the groups rolled out in it (skipped prompts are not among them):
 
