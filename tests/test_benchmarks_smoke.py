@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool, make_rng, step_metrics
+from openrlhf_ada.analysis import learning_stats as stats
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCHMARKS = os.path.join(REPO, "benchmarks")
@@ -291,15 +292,27 @@ def lc():
     return load("learning_comparison")
 
 
-def test_learning_runs_rotate_settings_by_seed(lc):
+@pytest.fixture(scope="module")
+def ld(lc):
+    """The designs (benchmarks/learning_designs.py, as the runner imports it)."""
+    return sys.modules["learning_designs"]
+
+
+@pytest.fixture(scope="module")
+def lr(lc):
+    """The report writer (benchmarks/learning_report.py, as the runner imports it)."""
+    return sys.modules["learning_report"]
+
+
+def test_learning_runs_rotate_settings_by_seed(lc, ld):
     order = lc.run_order(["a", "b", "c", "d"], [1, 2, 3])
     assert order == [("a", 1), ("b", 1), ("c", 1), ("d", 1), ("b", 2), ("c", 2), ("d", 2), ("a", 2),
                      ("c", 3), ("d", 3), ("a", 3), ("b", 3)]
     # stages one after the other, each rotated by seed
     assert lc.plan_order([["a", "b"], ["c"]], [1, 2]) == [("a", 1), ("b", 1), ("b", 2), ("a", 2), ("c", 1), ("c", 2)]
-    a = lc.parse(["--settings", "grpo,ada_est;ada;grpo_n8"])
+    a = lc.parse(["--design", "v2", "--settings", "grpo,ada_est;ada;grpo_n8"])
     assert a.stages == [["grpo", "ada_est"], ["ada"], ["grpo_n8"]] and a.settings == ["grpo", "ada_est", "ada", "grpo_n8"]
-    assert sorted(lc.parse([]).settings) == sorted(lc.SETTINGS)  # the default plan holds every setting once
+    assert sorted(lc.parse(["--design", "v2"]).settings) == sorted(ld.V2.names)  # the plan holds every setting once
 
 
 def test_learning_counts_an_attempt_that_wrote_no_time_record_from_its_load_samples(lc, tmp_path):
@@ -339,54 +352,70 @@ def test_learning_leftover_processes_found_by_marker_and_ended(lc):
             p.wait()
 
 
-def test_learning_default_folder_keeps_finished_runs_in_git_but_not_checkpoints(lc):
-    """The design runs in parts, possibly from fresh clones: its default folder's finished runs must be committable
-    (the top .gitignore hides every runs/ folder), its checkpoints must not."""
+@pytest.mark.parametrize("design", ["v2", "seq_vs_grpo"])
+def test_learning_default_folder_keeps_finished_runs_in_git_but_not_checkpoints(lc, design):
+    """The design runs in parts, possibly from fresh clones: its default folder's finished runs (config, metrics,
+    summaries) must be committable (the top .gitignore hides every runs/ folder), its checkpoints, logs, load traces
+    and per-run plots must not."""
     if not os.path.isdir(os.path.join(REPO, ".git")):
         pytest.skip("not a git checkout")
-    out = os.path.relpath(lc.parse([]).out, REPO)
+    out = os.path.relpath(lc.parse(["--design", design]).out, REPO)
     run = os.path.join(out, "runs", "grpo_seed9")
 
     def ignored(path):
         return subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=REPO).returncode == 0
 
-    for kept in ("done.json", "metrics.jsonl", "config.json", "load.jsonl", "train.log"):
+    for kept in ("done.json", "metrics.jsonl", "config.json", "command.txt", "wall_seconds.jsonl"):
         assert not ignored(os.path.join(run, kept)), kept
+    for left in ("load.jsonl", "train.log", "heldout.png"):
+        assert ignored(os.path.join(run, left)), left
     assert not ignored(os.path.join(out, "base", "greedy", "done.json"))
+    assert ignored(os.path.join(out, "base", "greedy", "train.log"))
+    assert not ignored(os.path.join(out, "compare", "settings.json"))
     assert ignored(os.path.join(run, "ckpt", "global_step5", "model.pt"))
     assert ignored(os.path.join("runs", "learning", "runs", "grpo_seed1", "done.json"))  # other runs/ stay ignored
 
 
 def test_learning_refuses_bad_arguments(lc, tmp_path):
     with pytest.raises(SystemExit):
-        lc.parse(["--settings", "grpo,dapo"])
+        lc.parse(["--design", "v2", "--settings", "grpo,dapo"])
     with pytest.raises(SystemExit):
-        lc.parse(["--seeds", "1,1"])
+        lc.parse(["--design", "v2", "--seeds", "1,1"])
     with pytest.raises(SystemExit):
-        lc.parse(["--settings", "grpo;grpo"])
+        lc.parse(["--design", "v2", "--settings", "grpo;grpo"])
     with pytest.raises(SystemExit):
-        lc.parse(["--avg-temperature", "0"])
+        lc.parse(["--design", "v2", "--avg-temperature", "0"])
+    with pytest.raises(SystemExit):
+        lc.parse([])  # no design named
+    with pytest.raises(SystemExit):  # the current design's settings, order and base measurement are its plan's
+        lc.parse(["--design", "seq_vs_grpo", "--settings", "grpo"])
+    with pytest.raises(SystemExit):
+        lc.parse(["--design", "seq_vs_grpo", "--no-base"])
+    with pytest.raises(SystemExit):  # the A/A control's seed
+        lc.parse(["--design", "seq_vs_grpo", "--seeds", "2,3"])
 
 
-def test_learning_settings_are_the_six_of_the_design(lc):
+def test_learning_settings_are_the_six_of_the_design(lc, ld):
     """Six settings, GRPO n=4 the reference; every one trains the same 32 samples per update (8 prompts x 4, Est
     allocating 4 per prompt on average, GRPO n=8 on 4 prompts a step); every run gets greedy and avg@k evaluation on
     the same flags, and stops at --updates updates."""
-    assert list(lc.SETTINGS) == ["grpo", "grpo_n8", "grpo_adora", "ada", "ada_est", "ada_adora"]
-    assert lc.REFERENCE == "grpo"
+    v2 = ld.V2
+    assert list(v2.names) == ["grpo", "grpo_n8", "grpo_adora", "ada", "ada_est", "ada_adora"]
+    assert v2.reference == "grpo"
 
     def n(name):
-        flags = lc.SETTINGS[name][1]
+        flags = v2.setting(name).flags
         return [flags[i + 1] for i, f in enumerate(flags) if f == "--rollout.n_samples_per_prompt"]
 
-    assert {name: n(name) for name in lc.SETTINGS} == {"grpo": ["4"], "grpo_n8": ["8"], "grpo_adora": ["4"],
-                                                        "ada": ["4"], "ada_est": ["4"], "ada_adora": ["4"]}
-    assert {name: lc.prompts_per_step(name) for name in lc.SETTINGS} == {
+    assert {name: n(name) for name in v2.names} == {"grpo": ["4"], "grpo_n8": ["8"], "grpo_adora": ["4"],
+                                                     "ada": ["4"], "ada_est": ["4"], "ada_adora": ["4"]}
+    assert {name: v2.setting(name).prompts_per_step for name in v2.names} == {
         "grpo": 8, "grpo_n8": 4, "grpo_adora": 8, "ada": 8, "ada_est": 8, "ada_adora": 8}
-    assert {lc.trained_per_update(name) for name in lc.SETTINGS} == {32} and lc.TRAINED_PER_UPDATE == 32
-    est = lc.SETTINGS["ada_est"][1]
+    assert {v2.setting(name).trained_per_update for name in v2.names} == {32} and ld.TRAINED_PER_UPDATE == 32
+    est = v2.setting("ada_est").flags
     assert est[est.index("--ada.strategy") + 1] == "est" and "--adora.enable" not in est
-    a = lc.parse(["--avg-k", "6", "--avg-temperature", "0.7", "--updates", "40", "--eval-points", "3"])
+    a = lc.parse(["--design", "v2", "--avg-k", "6", "--avg-temperature", "0.7", "--updates", "40", "--eval-points",
+                  "3"])
     flags = lc.common_flags(a)
     assert "--rollout.n_samples_per_prompt" not in flags
     for key, value in (("--eval.avg_k", "6"), ("--eval.avg_temperature", "0.7"), ("--eval.avg_seed", "0"),
@@ -394,12 +423,13 @@ def test_learning_settings_are_the_six_of_the_design(lc):
                        ("--local.max_generated_tokens", "0"), ("--local.engine", "vllm")):
         assert flags[flags.index(key) + 1] == value, key
     assert "--local.eval_tokens" not in flags  # no token budget: evaluations by updates only
-    budget = lc.common_flags(lc.parse(["--budget", "900", "--eval-points", "3"]))
+    assert "--local.eval_at_tokens" not in flags and "--local.request_seeds" not in flags  # v2 had neither
+    budget = lc.common_flags(lc.parse(["--design", "v2", "--budget", "900", "--eval-points", "3"]))
     assert budget[budget.index("--local.eval_tokens") + 1] == "300"
     assert "--eval.avg_k" not in lc.common_flags(a, avg=False)
-    assert "--eval.avg_k" not in lc.common_flags(lc.parse(["--avg-k", "0"]))
+    assert "--eval.avg_k" not in lc.common_flags(lc.parse(["--design", "v2", "--avg-k", "0"]))
     # the pool repeats: 32 prompts, 8 a step, 24 updates: each prompt seen 6 times
-    d = lc.parse([])
+    d = lc.parse(["--design", "v2"])
     assert (d.train_size, d.updates, d.format) == (32, 24, "cot") and d.updates * 8 // d.train_size == 6
 
 
@@ -413,7 +443,7 @@ def test_learning_settings_pass_train_locals_checks(lc, tmp_path, name):
     model.mkdir()
     data = tmp_path / "data.jsonl"
     data.write_text(json.dumps({"input": "What is 1 + 2?", "label": "3", "datasource": "easy"}) + "\n")
-    a = lc.parse(["--out", str(tmp_path / "out")])
+    a = lc.parse(["--design", "v2", "--out", str(tmp_path / "out")])
     args = parse_local_args(lc.train_argv(a, name, 5, str(model), str(data), str(data), resume=False))
     assert args.train.seed == 5 and args.eval.avg_k == 4 and args.eval.temperature == 0
     assert args.local.max_steps == 24 and args.local.max_generated_tokens == 0
@@ -425,52 +455,53 @@ def test_learning_settings_pass_train_locals_checks(lc, tmp_path, name):
         assert args.ada.strategy == ("est" if name == "ada_est" else "seq")
 
 
-def test_learning_verdict_rule(lc):
-    assert lc.verdict({"n": 3, "mean": 0.05, "low": 0.01, "high": 0.09}) == "helps"
-    assert lc.verdict({"n": 3, "mean": -0.05, "low": -0.09, "high": -0.01}) == "hurts"
-    assert lc.verdict({"n": 3, "mean": 0.02, "low": -0.01, "high": 0.05}) == "no difference larger than the interval"
-    assert lc.verdict({"n": 1, "mean": 0.02, "low": None, "high": None}).startswith("no verdict")
+def test_learning_verdict_rule():
+    assert stats.verdict({"n": 3, "mean": 0.05, "low": 0.01, "high": 0.09}) == "helps"
+    assert stats.verdict({"n": 3, "mean": -0.05, "low": -0.09, "high": -0.01}) == "hurts"
+    assert stats.verdict({"n": 3, "mean": 0.02, "low": -0.01, "high": 0.05}) == "no difference larger than the interval"
+    assert stats.verdict({"n": 1, "mean": 0.02, "low": None, "high": None}).startswith("no verdict")
     # fewer pairs than the design plans: the same rule, marked interim
-    assert lc.verdict({"n": 3, "mean": -0.05, "low": -0.09, "high": -0.01}, planned=7) == "hurts (interim: 3 of 7 pairs)"
-    assert lc.verdict({"n": 7, "mean": -0.05, "low": -0.09, "high": -0.01}, planned=7) == "hurts"
+    assert stats.verdict({"n": 3, "mean": -0.05, "low": -0.09, "high": -0.01}, planned=7) == "hurts (interim: 3 of 7 pairs)"
+    assert stats.verdict({"n": 7, "mean": -0.05, "low": -0.09, "high": -0.01}, planned=7) == "hurts"
     # a half-width above the target (0.04 here) is reported as short of it; one below (0.025) is not
-    assert lc.verdict({"n": 7, "mean": -0.05, "low": -0.09, "high": -0.01}, 7, 0.03) == "hurts; short of the 0.03 target"
-    assert lc.verdict({"n": 7, "mean": 0.02, "low": -0.005, "high": 0.045}, 7, 0.03) == (
+    assert stats.verdict({"n": 7, "mean": -0.05, "low": -0.09, "high": -0.01}, 7, 0.03) == "hurts; short of the 0.03 target"
+    assert stats.verdict({"n": 7, "mean": 0.02, "low": -0.005, "high": 0.045}, 7, 0.03) == (
         "no difference larger than the interval")
 
 
-def test_learning_primary_verdicts_holm_over_the_designs_ten_by_hand(lc):
+def test_learning_primary_verdicts_holm_over_the_designs_ten_by_hand(ld, lr):
     """Holm over the 10 tests by hand: p sorted 0.001, 0.004, 0.006, 0.010, then 0.5 x 6; adjusted 10 x 0.001 =
     0.010, 9 x 0.004 = 0.036, 8 x 0.006 = 0.048 (all at most 0.05: rejected), 7 x 0.010 = 0.070 (not), the rest
     running maximum min(1, 6 x 0.5) = 1."""
     ps = {("ada", "updates"): (0.001, +0.05), ("ada", "tokens"): (0.004, -0.03), ("ada_est", "updates"): (0.006, 0.02),
           ("grpo_n8", "updates"): (0.010, -0.04)}
-    tests = {k: {"n": 3, "mean": ps.get(k, (0.5, 0.01))[1], "p": ps.get(k, (0.5, 0.01))[0]} for k in lc.FAMILY}
+    family = lr.family(ld.V2)
+    tests = {k: {"n": 3, "mean": ps.get(k, (0.5, 0.01))[1], "p": ps.get(k, (0.5, 0.01))[0]} for k in family}
     assert len(tests) == 10 and ("grpo", "updates") not in tests
-    engaged = {name: True for name in lc.SETTINGS}
-    out = lc.primary_verdicts(tests, engaged, 3)
+    engaged = {name: True for name in ld.V2.names}
+    out = stats.primary_verdicts(tests, engaged, 3, family)
     expect = {("ada", "updates"): (0.010, "helps"), ("ada", "tokens"): (0.036, "hurts"),
               ("ada_est", "updates"): (0.048, "helps"), ("grpo_n8", "updates"): (0.070, "no difference shown"),
               ("grpo_adora", "tokens"): (1.0, "no difference shown")}
     for key, (adjusted, rule) in expect.items():
         assert out[key]["adjusted"] == pytest.approx(adjusted) and out[key]["rule"] == rule, (key, out[key])
     # a setting whose mechanism did not engage (or could not be read) gets no verdict, whatever its p
-    out = lc.primary_verdicts(tests, {**engaged, "ada": False, "ada_est": None}, 3)
+    out = stats.primary_verdicts(tests, {**engaged, "ada": False, "ada_est": None}, 3, family)
     assert out[("ada", "updates")]["rule"] == "no verdict: its mechanism did not engage (table above)"
     assert out[("ada_est", "updates")]["rule"] == "no verdict: its mechanism could not be read (table above)"
     assert out[("grpo_n8", "updates")]["rule"] == "no difference shown"
     # a look before the family is complete gives no verdict, and counts the missing test at p = 1: with Est's
     # tokens test gone, the four smallest keep their ranks (10, 9, 8, 7 x p)
     partial = {k: v for k, v in tests.items() if k != ("ada_est", "tokens")}
-    out = lc.primary_verdicts(partial, engaged, 3)
+    out = stats.primary_verdicts(partial, engaged, 3, family)
     assert out[("ada", "updates")] == {"adjusted": pytest.approx(0.010),
                                        "rule": "interim, no verdict: 9 of 10 tests have 3 pairs"}
     assert out[("grpo_n8", "updates")]["adjusted"] == pytest.approx(0.070)
     # fewer pairs than planned, or a test without a p (one pair), is waiting too
-    out = lc.primary_verdicts(tests, engaged, 4)
+    out = stats.primary_verdicts(tests, engaged, 4, family)
     assert out[("ada", "updates")]["rule"] == "interim, no verdict: 0 of 10 tests have 4 pairs"
     one = {**tests, ("ada_adora", "updates"): {"n": 1, "mean": 0.1, "p": None}}
-    out = lc.primary_verdicts(one, engaged, 3)
+    out = stats.primary_verdicts(one, engaged, 3, family)
     assert out[("ada_adora", "updates")] == {"adjusted": None, "rule": "no verdict (1 paired seed)"}
     assert out[("ada", "updates")]["rule"] == "interim, no verdict: 9 of 10 tests have 3 pairs"
 
@@ -482,7 +513,7 @@ def test_learning_progress_has_a_line_for_every_update_even_between_polls(lc, tm
             {"step": 2, "reward_mean": 0.5, "generated_tokens_total": 20.0, "eval/accuracy": 0.3},
             {"step": 3, "reward_mean": 0.75, "generated_tokens_total": 30.0}]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    a = lc.parse(["--updates", "3"])
+    a = lc.parse(["--design", "v2", "--updates", "3"])
     assert lc.report_progress(a, str(tmp_path), "grpo", 1, 1, 1, 0.0, -1) == 3
     lines = [line for line in capsys.readouterr().out.splitlines() if line]
     assert len(lines) == 3
@@ -491,25 +522,25 @@ def test_learning_progress_has_a_line_for_every_update_even_between_polls(lc, tm
     assert lc.report_progress(a, str(tmp_path), "grpo", 1, 1, 1, 0.0, 3) == 3 and capsys.readouterr().out == ""
 
 
-def test_learning_sign_test_by_hand(lc):
+def test_learning_sign_test_by_hand():
     """Two-sided exact sign test: 7 of 7 below 0 -> 2 x (1/2)^7 = 0.015625; 1 of 3 above -> 2 x (1 + 3) / 8 = 1;
     1 of 6 below -> 2 x (1 + 6) / 64 = 0.21875; a zero is dropped: 2 of 2 above -> 2 x 1 / 4 = 0.5."""
-    assert lc.sign_test_p([-0.01, -0.02, -0.03, -0.04, -0.05, -0.06, -0.07]) == pytest.approx(0.015625)
-    assert lc.sign_test_p([-1.0, 2.0, 3.0]) == pytest.approx(1.0)
-    assert lc.sign_test_p([1.0, 2.0, 3.0, 4.0, 5.0, -1.0]) == pytest.approx(0.21875)
-    assert lc.sign_test_p([0.0, 1.0, 1.0]) == pytest.approx(0.5)
-    assert lc.sign_test_p([0.0]) == 1.0
+    assert stats.sign_test_p([-0.01, -0.02, -0.03, -0.04, -0.05, -0.06, -0.07]) == pytest.approx(0.015625)
+    assert stats.sign_test_p([-1.0, 2.0, 3.0]) == pytest.approx(1.0)
+    assert stats.sign_test_p([1.0, 2.0, 3.0, 4.0, 5.0, -1.0]) == pytest.approx(0.21875)
+    assert stats.sign_test_p([0.0, 1.0, 1.0]) == pytest.approx(0.5)
+    assert stats.sign_test_p([0.0]) == 1.0
 
 
-def test_learning_evaluation_noise_by_hand(lc):
+def test_learning_evaluation_noise_by_hand():
     """Step-0 avg@k of 0.02, 0.04, 0.06 over three runs: mean 0.04, sd 0.02, the difference of two evaluations
     sqrt(2) x 0.02 = 0.0282843; a run whose first evaluation is not at step 0 (a resumed log) is left out."""
     runs = [{"evaluations": [{"step": 0, "avg_at_k": v}, {"step": 3, "avg_at_k": 0.5}]} for v in (0.02, 0.04, 0.06)]
     runs.append({"evaluations": [{"step": 2, "avg_at_k": 0.9}]})
-    noise = lc.evaluation_noise(runs, "avg_at_k")
+    noise = stats.evaluation_noise(runs, "avg_at_k")
     assert noise["n"] == 3 and (noise["min"], noise["max"]) == (0.02, 0.06)
     assert (noise["mean"], noise["sd"], noise["difference_sd"]) == pytest.approx((0.04, 0.02, 0.0282843), abs=1e-7)
-    assert lc.evaluation_noise(runs[:1], "avg_at_k") is None  # one run: no spread
+    assert stats.evaluation_noise(runs[:1], "avg_at_k") is None  # one run: no spread
 
 
 def _learning_rows(end_avg, mid_avg, end_greedy, tokens=(100.0, 200.0), last=None):
@@ -531,7 +562,7 @@ def _learning_rows(end_avg, mid_avg, end_greedy, tokens=(100.0, 200.0), last=Non
     return rows
 
 
-def test_learning_report_uses_compare_statistics_by_hand(lc, tmp_path):
+def test_learning_report_uses_compare_statistics_by_hand(lc, lr, tmp_path):
     """Hand-made finished runs (metrics.jsonl, config.json, done.json from summarize_run) of three settings, seeds
     1-3, and one of a fourth with an unshared seed; --updates 2, a pool of 8 prompts (8 a step: update 2 is the only
     one after the first visit, where the mechanisms are read). Evaluations at 0, 100, 200 tokens (updates 0, 1, 2);
@@ -548,7 +579,7 @@ def test_learning_report_uses_compare_statistics_by_hand(lc, tmp_path):
     (0.11 + (0.12 + G) / 2) / 2 for GRPO, (0.12 + (0.14 + E) / 2) / 2 for Est, so Est minus GRPO is 0.01 + d / 4 =
     0.0225, 0.0325, 0.0275: mean 0.0275, sd 0.005, half-width 0.012421. Greedy at 200, Est minus GRPO: 0.1, -0.1,
     0 -> mean 0."""
-    a = lc.parse(["--out", str(tmp_path / "out"), "--doc", str(tmp_path / "learning.md"), "--img-dir",
+    a = lc.parse(["--design", "v2", "--out", str(tmp_path / "out"), "--doc", str(tmp_path / "learning.md"), "--img-dir",
                   str(tmp_path / "img"), "--grid-points", "3", "--avg-k", "4", "--eval-size", "2", "--updates", "2",
                   "--train-size", "8", "--seeds", "1,2,3,4"])
     data = tmp_path / "data.jsonl"
@@ -581,7 +612,7 @@ def test_learning_report_uses_compare_statistics_by_hand(lc, tmp_path):
             summary = {**lc.summarize_run(folder, name, seed), "process_seconds": 120.0}
             with open(os.path.join(folder, "done.json"), "w") as f:
                 json.dump(summary, f)
-    body = lc.report(a, None, str(data), str(data))
+    body = lr.report(a, None, str(data), str(data))
     ref = "minus GRPO n=4"
     assert ref in body and "Student t" in body
     lines = body.splitlines()
@@ -612,7 +643,7 @@ def test_learning_report_uses_compare_statistics_by_hand(lc, tmp_path):
             "2.0 min a run, 30 seeds of the 6 settings fit in 6 hours.") in body
     # an invocation that runs a subset still sizes the whole comparison: the settings with runs here (GRPO n=4,
     # GRPO + ADORA, balance, Est: 4) and the one it names (GRPO n=8): 5 x n x 2 min <= 6 h: n <= 36
-    subset = lc.sizing_from_runs(argparse.Namespace(**{**vars(a), "settings": ["grpo_n8"]}), lc.finished_runs(a))
+    subset = lr.sizing_from_runs(argparse.Namespace(**{**vars(a), "settings": ["grpo_n8"]}), lr.finished_runs(a))
     assert (subset["settings"], subset["fit"]) == (5, 36)
     avg_table = lines.index(next(line for line in lines if line.startswith("Held-out avg@4 at the budget")))
     greedy_table = lines.index(next(line for line in lines if line.startswith("Held-out greedy accuracy at")))
@@ -661,12 +692,12 @@ def test_learning_report_uses_compare_statistics_by_hand(lc, tmp_path):
     # a run evaluated on other held-out problems: compare refuses to pair it, the report says so and keeps its rows
     with open(os.path.join(lc.run_dir(a, "ada_est", 2), "config.json"), "w") as f:
         json.dump({"train.seed": 2, "eval.problems_sha256": "other"}, f)
-    body = lc.report(a, None, str(data), str(data))
+    body = lr.report(a, None, str(data), str(data))
     assert "compare refused these runs" in body and "different held-out problems" in body
     assert "| Reinforce-Ada-Est | 2 |" in body and "**Primary metrics**" not in body
 
 
-def test_learning_sizing_by_hand(lc):
+def test_learning_sizing_by_hand(lr):
     """The earlier comparison's seeds (greedy at 8000 tokens): within-setting variances (a - b)^2 / 2 = 0.0006125,
     0.0015125, 0.0021125, 0.0032 -> pooled 0.001859375; one evaluation's binomial variance, the mean of p (1 - p) /
     199 over the eight values = 0.00066993; training part 0.00118945. A pilot with avg@k SE 0.02 at the end: one
@@ -674,7 +705,7 @@ def test_learning_sizing_by_hand(lc):
     0.056382 / sqrt(6) = 0.059169; 16 seeds: 2.131450 x 0.056382 / 4 = 0.030044 > 0.03; 17 seeds: 2.119905 x
     0.056382 / sqrt(17) = 0.028989: 17 seeds. Time: a run of 600 s (400 training, 2 x 60 evaluating, 80 other);
     the base model 2 x (80 + 60) s = 280 s; 6 settings x 17 seeds = 102 runs: 102 x 600 + 280 s = 17.08 h."""
-    spread = lc.earlier_spread()
+    spread = stats.earlier_spread()
     assert spread["pooled_sd"] ** 2 == pytest.approx(0.001859375)
     assert spread["eval_se"] ** 2 == pytest.approx(0.00066993, abs=1e-8)
     assert spread["train_sd"] ** 2 == pytest.approx(0.00118945, abs=1e-8) and spread["df"] == 4
@@ -684,10 +715,10 @@ def test_learning_sizing_by_hand(lc):
                                 "accuracy": 0.1, "accuracy_se": 0.02},
                                {"eval_seconds": 60.0, "eval_avg_seconds": 40.0, "avg_at_k": 0.1, "avg_at_k_se": 0.02,
                                 "accuracy": 0.2, "accuracy_se": 0.03}]}
-    s = lc.sizing(summary, target=0.03, hours=5.0)
+    s = stats.sizing(summary, target=0.03, hours=5.0)
     assert s["sd_difference"] == pytest.approx(0.056382, abs=1e-6)
-    assert lc.paired_half_width(s["sd_difference"], 6) == pytest.approx(0.059169, abs=1e-6)
-    assert lc.paired_half_width(s["sd_difference"], 16) == pytest.approx(0.030044, abs=1e-6)
+    assert stats.paired_half_width(s["sd_difference"], 6) == pytest.approx(0.059169, abs=1e-6)
+    assert stats.paired_half_width(s["sd_difference"], 16) == pytest.approx(0.030044, abs=1e-6)
     assert s["seeds_needed"] == 17 and s["pilot"]["other_seconds"] == pytest.approx(80.0)
     assert s["base_hours"] * 3600 == pytest.approx(280.0)
     full = next(r for r in s["designs"] if r["settings"] == 6 and r["seeds"] == 17)
@@ -699,7 +730,7 @@ def test_learning_sizing_by_hand(lc):
     # 0.037346 / sqrt(8) = 0.031222 > 0.03; 9 seeds: 2.306004 x 0.037346 / 3 = 0.028707
     half = s["sensitivity"][0.5]
     assert half["sd_difference"] == pytest.approx(0.037346, abs=1e-6) and half["seeds_needed"] == 9
-    text = lc.sizing_text(s)
+    text = lr.sizing_text(s)
     assert "Seeds for a half-width of 0.03: 17" in text and "| 6 | 17 | 102 | 17.1 | 0.0290 | no |" in text
 
 
@@ -714,7 +745,7 @@ def test_learning_comparison_tiny_run_resumes_and_reports(tmp_path, tiny_llama_p
     (one pair: no verdict), compare's statistics, band plots and commands; a further invocation redoes nothing; a
     run whose done.json is gone continues from its checkpoint; other settings in the same folder are refused."""
     out, doc = tmp_path / "out", tmp_path / "learning.md"
-    args = ["--model", tiny_llama_path, "--engine", "hf", "--updates", "2", "--eval-points", "1", "--train-size", "8",
+    args = ["--design", "v2", "--model", tiny_llama_path, "--engine", "hf", "--updates", "2", "--eval-points", "1", "--train-size", "8",
             "--eval-size", "4", "--avg-k", "2", "--max-new-tokens", "3", "--settings", "grpo,ada_est", "--seeds", "3",
             "--no-base", "--out", str(out), "--doc", str(doc), "--img-dir", str(tmp_path / "img"), "--poll", "1"]
 
@@ -750,7 +781,7 @@ def test_learning_comparison_tiny_run_resumes_and_reports(tmp_path, tiny_llama_p
     assert "| est | " in row and "prompts seen before 1.00" in row and "unread" not in row, row
     rows = [line for line in text.splitlines() if line.startswith("| Reinforce-Ada-Est | ") and "no verdict" in line]
     assert [r.split(" | ")[1] for r in rows] == ["2 updates", "equal tokens"], rows  # one pair: no p, no verdict
-    assert "--ada.strategy est" in text and "--eval.avg_k 2" in text and "learning_comparison.py --model" in text
+    assert "--ada.strategy est" in text and "--eval.avg_k 2" in text and "learning_comparison.py --design v2 --model" in text
     for image in ("learning_v2_avg_at_k.png", "learning_v2_accuracy.png", "learning_v2_time.png"):
         assert (tmp_path / "img" / image).stat().st_size > 0, image
     saved = json.loads((out / "compare" / "settings.json").read_text())
@@ -816,12 +847,13 @@ def test_rollout_realistic_totals_and_length_bias_by_hand():
 def test_learning_max_digits_writes_easier_problems_and_is_part_of_the_config(lc, tmp_path):
     """--max-digits 1: every training and held-out problem has 1-digit terms (its datasource says so); the
     chain-of-thought wording is the question; a folder written with 2 digits refuses --max-digits 1."""
-    a = lc.parse(["--out", str(tmp_path / "one"), "--max-digits", "1", "--train-size", "8", "--eval-size", "4"])
+    a = lc.parse(["--design", "v2", "--out", str(tmp_path / "one"), "--max-digits", "1", "--train-size", "8",
+                  "--eval-size", "4"])
     lc.check_config(a)
     train, heldout = lc.prepare_data(a)
     rows = [json.loads(line) for path in (train, heldout) for line in open(path)]
     assert len(rows) == 12 and all(r["datasource"].endswith("_1digit") for r in rows)
     assert all("Work it out one term at a time" in r["input"] for r in rows)
-    b = lc.parse(["--out", str(tmp_path / "one"), "--train-size", "8", "--eval-size", "4"])
+    b = lc.parse(["--design", "v2", "--out", str(tmp_path / "one"), "--train-size", "8", "--eval-size", "4"])
     with pytest.raises(SystemExit, match="other settings"):
         lc.check_config(b)
