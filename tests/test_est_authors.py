@@ -25,7 +25,6 @@ from openrlhf_ada.algorithms.estimate import (
 )
 from openrlhf_ada.algorithms.history import HistoryConfig, PromptHistory
 from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool, simulate_est
-from openrlhf_ada.trainer.ppo_utils.round_loop import est_pool_config
 
 
 def authors_counts(history, budget, alpha=1.0, beta=16.0):
@@ -129,10 +128,10 @@ def test_authors_preset_resolves_every_setting_and_flags_override_it():
 
 
 def test_a_one_sample_group_is_a_pool_and_a_simulated_step():
-    pool = PromptPool(est_pool_config(AdaConfig(n=4, strategy="est"), 1))
+    pool = PromptPool(AdaConfig.one_round(1))
     pool.add_round([1.0], [1.0], items=["a"])
     assert pool.done and pool.select() == [0] and pool.outcome == "resolved" and (pool.mean, pool.std) == (0.0, 1.0)
-    failed = PromptPool(est_pool_config(AdaConfig(n=4, strategy="est"), 1))
+    failed = PromptPool(AdaConfig.one_round(1))
     failed.add_round([None], [None])
     assert failed.outcome == "failed" and failed.select() == []
     # three prompts, budget 4, the authors' preset, over two epochs

@@ -145,7 +145,7 @@ class AdaConfig:
     prompt_weight: str = "auto"  # auto: none for seq, the preset's for est (paper: inv_sqrt_pass_rate, authors: none)
     prompt_weight_eps: float = 0.01
     prompt_weight_cap: float = 10.0
-    # one Est pool (round_loop.est_pool_config): one round of n, every sample kept as the group, n may be 1
+    # one round of n, every sample kept as the group, n may be 1 (`one_round`: fixed n, and each Est prompt's pool)
     keep_all: bool = False
 
     def __post_init__(self):
@@ -180,6 +180,17 @@ class AdaConfig:
                 f"at most, fewer than n={self.n}: no group of n could ever be formed; raise ada.round_size or "
                 f"ada.max_rounds"
             )
+
+    @classmethod
+    def one_round(cls, n: int, *, seed: Optional[int] = None, positive_threshold: Optional[float] = None
+                  ) -> "AdaConfig":
+        """One round of n samples, every sample kept as the prompt's group (n may be 1): plain GRPO-style sampling
+        with a fixed n, and each Est prompt's pool with its allocated count. The prompt is "resolved" when a sample
+        is correct (as under `pos`). Unset: the defaults' seed and threshold."""
+        return cls(n=n, mode="pos", round_size=n, max_rounds=1, unresolved="keep", selection="first",
+                   baseline="group", seed=cls.seed if seed is None else seed,
+                   positive_threshold=cls.positive_threshold if positive_threshold is None else positive_threshold,
+                   keep_all=True)
 
     @property
     def m(self) -> int:
@@ -413,7 +424,7 @@ class PromptPool:
 
     @property
     def exit_rule_holds(self) -> bool:
-        if self.config.keep_all:  # Est's one pass: nothing to decide; "resolved" when a sample is correct
+        if self.config.keep_all:  # one round, every sample kept: "resolved" when a sample is correct
             return self.num_pos >= 1
         return exit_reached(self.num_pos, self.num_neg, mode=self.config.mode, n=self.config.n)
 
@@ -467,7 +478,7 @@ class PromptPool:
         """Pool indices of the kept group (see select_group); [] for a dropped or failed prompt."""
         if self.outcome not in ("resolved", "kept"):
             return []
-        if self._selected is None and self.config.keep_all:  # Est: every sample, in generation order
+        if self._selected is None and self.config.keep_all:  # every sample, in generation order
             self._selected = list(range(self.count))
         if self._selected is None:  # once: a second call must not draw again from rng
             flags = [s > self.config.positive_threshold for s in self.scores]

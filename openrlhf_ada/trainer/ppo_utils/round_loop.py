@@ -11,6 +11,10 @@
     settle     a done prompt: its group selected, dropped, filtered, or held back for failed rewards
     build      the experiences the trainer gets: n per accepted prompt, in the order drawn, with pool statistics
 
+A strategy that decides each prompt's pool otherwise overrides the step's few hooks (`open_pools`, `lost`,
+`strategy_metrics`, `logged_metrics`): Reinforce-Ada-Est is `EstStep` (est_step.py), whose pools are one round of an
+allocated count. Without Reinforce-Ada the pools are one round of n (`AdaConfig.one_round`).
+
 Every per-prompt decision is the prompt's `PromptPool` (openrlhf_ada/algorithms/reinforce_ada.py); this module only
 moves data between the pools and the engines:
 
@@ -60,9 +64,9 @@ from openrlhf.trainer.ppo_utils.samples_generator import _collect_prompt_batch
 from openrlhf.utils.logging_utils import init_logger
 from tqdm import tqdm
 
-from openrlhf_ada.algorithms.estimate import allocation_metrics, pass_rate_estimate
+from openrlhf_ada.algorithms.estimate import allocation_metrics
 from openrlhf_ada.algorithms.history import prompt_key
-from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool, make_rng, step_metrics
+from openrlhf_ada.algorithms.reinforce_ada import PromptPool, make_rng, step_metrics
 from openrlhf_ada.trainer.ppo_utils.sample_failures import FailureLog, sample_score, scalar
 from openrlhf_ada.trainer.ppo_utils.stall_watch import StallWatch
 
@@ -77,12 +81,20 @@ FIXED_N_METRICS = {
     "ada/prompts_consumed", "ada/generation_seconds",
 }
 
-#: What an Est step (--ada.strategy est: one pass, allocated counts) logs besides the fixed-n metrics.
-EST_METRICS = FIXED_N_METRICS | {"ada/alloc_min", "ada/alloc_median", "ada/alloc_max", "ada/alloc_cov_n_r",
-                                 "ada/est_p_hat_mean", "ada/est_seen_share", "ada/first_round_signal_share",
-                                 "ada/epoch"}
-
 ENGINE_ERRORS = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError, ray.exceptions.RayTaskError)
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """A prompt taken from the data, before its pool is opened (`first`: its first round's size from the history's
+    plan, or None)."""
+
+    uid: int
+    prompt: str
+    label: str
+    image: object
+    key: Optional[str]
+    first: Optional[int]
 
 
 @dataclass
@@ -101,20 +113,6 @@ class ActivePrompt:
     outstanding: set = field(default_factory=set)
     cancel_sent: bool = False
     streams: int = 0  # streams started for this prompt (group ids stay unique when a round is run again)
-
-
-def est_pool_config(config: AdaConfig, size: int) -> AdaConfig:
-    """Reinforce-Ada-Est's pool for a prompt allocated `size` samples: one round of that size, every sample kept."""
-    return AdaConfig(n=size, mode="pos", round_size=size, max_rounds=1, unresolved="keep", selection="first",
-                     baseline="group", seed=config.seed, positive_threshold=config.positive_threshold, keep_all=True)
-
-
-def _dataset_size(generator) -> Optional[int]:
-    """Prompts in the training data, when the prompt loader knows (for Est's warning); None otherwise."""
-    try:
-        return len(generator.prompts_dataloader.dataset)
-    except (AttributeError, TypeError):
-        return None
 
 
 def response_length(e: Experience) -> int:
@@ -180,13 +178,7 @@ class RoundStep:
         self.waiting_round: List[ActivePrompt] = []  # sync schedule: prompts whose next round waits for the barrier
         self.refill = 0  # replacement prompts to draw after this wait
         self.pbar = None
-        # --ada.strategy est: each prompt's count from its estimated pass rate; a replacement gets the count of the
-        # prompt it replaces, so the step's total stays the budget
-        self.est = self.config.strategy == "est"
-        self.est_sizes: List[int] = []  # counts of prompts lost this step, for their replacements
-        self.est_allocated = False
-        self.p_hat: dict = {}  # uid -> p_hat the prompt's count was allocated from
-        self.est_seen = self.est_first = 0  # the step's allocation: its prompts sampled before (history), all of them
+        self.max_rounds = self.config.max_rounds  # the rounds a prompt may take (the metrics count each)
 
     # -- the step, top to bottom --------------------------------------------------------------------------------
     def run(self):
@@ -254,31 +246,16 @@ class RoundStep:
                         self.skipped += 1
                         continue
                     first = plan.first_round
-                pool = None if self.est else PromptPool(cfg, rng=make_rng(*self.step_seed, self.next_uid),
-                                                        first_round=first)
-                out.append(ActivePrompt(self.next_uid, p, lab, img, pool, key))
+                out.append(Drawn(self.next_uid, p, lab, img, key, first))
                 self.next_uid += 1
-        if self.est:
-            self.allocate(out)
-        return out
+        return self.open_pools(out)
 
-    def allocate(self, items: List[ActivePrompt]) -> None:
-        """--ada.strategy est: each prompt's pool of one round, its size allocated from the prompt's estimated pass
-        rate (the step's first prompts: the whole budget; replacements: the counts of the prompts they replace)."""
-        if not items:
-            return
-        est = self.config.est_config
-        counts = [(self.history.ema_counts(it.key)) for it in items]
-        p_hat = pass_rate_estimate([c[0] for c in counts], [c[1] for c in counts], est.alpha, est.beta)
-        if not self.est_allocated:  # every count read before any prompt of the step is recorded: a snapshot
-            sizes = est.allocate(p_hat, len(items))
-            self.est_allocated = True
-            self.est_seen, self.est_first = sum(c[0] > 0 for c in counts), len(items)
-        else:
-            sizes = [self.est_sizes.pop(0) if self.est_sizes else est.budget for _ in items]
-        for it, size, p in zip(items, sizes, p_hat.tolist()):
-            it.pool = PromptPool(est_pool_config(self.config, int(size)), rng=make_rng(*self.step_seed, it.uid))
-            self.p_hat[it.uid] = p
+    def open_pools(self, drawn: List["Drawn"]) -> List[ActivePrompt]:
+        """Each drawn prompt with its pool: rounds under the step's config, the first one sized by the history's
+        plan when it made one."""
+        return [ActivePrompt(d.uid, d.prompt, d.label, d.image,
+                             PromptPool(self.config, rng=make_rng(*self.step_seed, d.uid), first_round=d.first),
+                             d.key) for d in drawn]
 
     # -- dispatch -----------------------------------------------------------------------------------------------
     def dispatch(self, batch: List[ActivePrompt]) -> None:
@@ -415,8 +392,8 @@ class RoundStep:
         if self.history is not None:
             self.history.record(item.key, self.gen._epoch, item.pool.num_pos, item.pool.num_neg)
         kept = [item.pool.items[i] for i in item.pool.select()]
-        if not kept and self.est:
-            self.est_sizes.append(item.pool.config.n)
+        if not kept:
+            self.lost(item)
         # only the kept samples live on (in `accepted`, then the trained batch); the pool keeps its statistics
         item.pool.items = [None] * len(item.pool.items)
         if not kept:
@@ -437,11 +414,14 @@ class RoundStep:
             mean_score /= len(kept)
             if not (lo < mean_score < hi):
                 self.filtered += 1
-                if self.est:  # its replacement gets its count: the step's total stays the budget
-                    self.est_sizes.append(item.pool.config.n)
+                self.lost(item)
                 return 1
         self.accepted[item.uid] = kept
         return 0
+
+    def lost(self, item: ActivePrompt) -> None:
+        """A prompt settled without a trained group (dropped, failed or filtered): its replacement is drawn later.
+        Nothing to note here (a strategy that sizes each prompt does, EstStep)."""
 
     def cancel_streams(self) -> None:
         """A step that ends (or fails) leaves nothing generating: cancel the streams still running."""
@@ -457,17 +437,12 @@ class RoundStep:
         stops the step here, whatever the number of samples."""
         gen = self.gen
         gen.last_pools = [item.pool for item in sorted(self.finished, key=lambda it: it.uid)]  # in the order drawn
-        metrics = step_metrics(gen.last_pools, 1 if self.est else self.config.max_rounds, skipped=self.skipped)
+        metrics = step_metrics(gen.last_pools, self.max_rounds, skipped=self.skipped)
         if gen.ada is not None and gen.last_pools:
             metrics.update(allocation_metrics([pool.samples for pool in gen.last_pools],
                                               [pool.sum / pool.count if pool.count else 0.0
                                                for pool in gen.last_pools]))
-        if self.est and self.p_hat:
-            metrics["ada/est_p_hat_mean"] = sum(self.p_hat.values()) / len(self.p_hat)
-            metrics["ada/est_seen_share"] = self.est_seen / self.est_first  # replacements left out
-            warning = gen.est_watch.observe(self.est_seen, self.est_first, _dataset_size(gen))
-            if warning:
-                logger.warning(warning)
+        metrics.update(self.strategy_metrics())
         self.failures.check(gen.fault.max_failed_share, gen.args.reward.remote_url, gen.tokenizer)
         metrics.update(self.failures.metrics())
         metrics["fault/engine_failures"] = float(self.engine_failures)
@@ -476,12 +451,20 @@ class RoundStep:
         metrics["ada/generation_seconds"] = time.time() - self.started
         if self.history is not None:
             metrics["ada/epoch"] = float(gen._epoch)
-        if gen.ada is None:  # fixed n: round and resolution counts say nothing
-            metrics = {k: v for k, v in metrics.items() if k in FIXED_N_METRICS or k.startswith("fault/")}
-        elif self.est:  # one pass: no rounds to count
-            metrics = {k: v for k, v in metrics.items() if k in EST_METRICS or k.startswith("fault/")}
+        logged = self.logged_metrics()
+        if logged is not None:
+            metrics = {k: v for k, v in metrics.items() if k in logged or k.startswith("fault/")}
         gen.last_metrics = metrics
         return metrics
+
+    def strategy_metrics(self) -> dict:
+        """Metrics of the sampling strategy itself, besides the pools' (none for Seq's rounds)."""
+        return {}
+
+    def logged_metrics(self) -> Optional[set]:
+        """The metric names this step logs (besides fault/*); None: all. Fixed n (Reinforce-Ada off): round and
+        resolution counts say nothing."""
+        return FIXED_N_METRICS if self.gen.ada is None else None
 
     def build(self, metrics: dict) -> List[Experience]:
         """The carried groups, then n samples per accepted prompt in the order drawn, each with its pool's statistics

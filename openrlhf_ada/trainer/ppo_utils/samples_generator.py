@@ -1,10 +1,10 @@
 """`RoundsSamplesGenerator`: upstream's SamplesGenerator with Reinforce-Ada's adaptive multi-round sampling.
 
 Only the training generation step changes (`_generate_vllm` outside evaluation): it runs one `RoundStep`
-(round_loop.py), where each prompt's `PromptPool` (openrlhf_ada.algorithms.reinforce_ada) decides round sizes, the
+(round_loop.py; `--ada.strategy est`: one `EstStep`, est_step.py), where each prompt's `PromptPool` (openrlhf_ada.algorithms.reinforce_ada) decides round sizes, the
 exit rule, the outcome and the kept group, and the step only moves data between pools and engines. Without
 --ada.enable, training generation runs through the same loop as one round of n samples per prompt
-(`fixed_n_config`): the groups are upstream's, and failed rewards, dead engines and metrics are handled alike. With
+(`AdaConfig.one_round`): the groups are upstream's, and failed rewards, dead engines and metrics are handled alike. With
 n = 1, or when a reward model scores the samples after generation (`scored_by_reward_model`), it is upstream's.
 
 What outlives a step lives here: the generation-call counter that seeds the per-prompt generators, the epoch (a
@@ -42,6 +42,7 @@ from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool
 from openrlhf_ada.args import ada_config, fault_config
 from openrlhf_ada.rewards.checks import scored_by_reward_model
 from openrlhf_ada.trainer.ppo_utils.batching import est_usable, whole_units
+from openrlhf_ada.trainer.ppo_utils.est_step import EstStep
 from openrlhf_ada.trainer.ppo_utils.round_loop import RoundStep
 from openrlhf_ada.trainer.ppo_utils.sample_failures import reward_failed
 from openrlhf_ada.trainer.ppo_utils.stall_watch import StallWatch
@@ -49,12 +50,6 @@ from openrlhf_ada.trainer.ray.engine_health import check_streaming_engines, lost
 from openrlhf_ada.trainer.ray.tokenizer_shipping import ShippingEngine, TokenizerHandle, is_remote_engine
 
 logger = init_logger(__name__)
-
-
-def fixed_n_config(n: int, seed: int) -> AdaConfig:
-    """Plain GRPO-style sampling as a PromptPool schedule: one round of n, every group kept as it is."""
-    return AdaConfig(n=n, mode="pos", round_size=n, max_rounds=1, unresolved="keep", selection="first",
-                     baseline="group", seed=seed)
 
 
 def uniform_info_keys(samples: List[Experience]) -> List[str]:
@@ -88,7 +83,7 @@ class RoundsSamplesGenerator(SamplesGenerator):
         n = self.args.rollout.n_samples_per_prompt
         seed = getattr(self.args.train, "seed", AdaConfig.seed)
         fixed_n = n >= 2 and not scored_by_reward_model(self.args)
-        self.rounds = self.ada or (fixed_n_config(n, seed=seed) if fixed_n else None)
+        self.rounds = self.ada or (AdaConfig.one_round(n, seed=seed) if fixed_n else None)
         self.fault = fault_config(self.args)
         self.batch_unit = n  # a short step holds a multiple of this many samples (the cluster trainers set it)
         self._carry: List[Experience] = []  # whole groups held back from a short step for the next one
@@ -268,7 +263,8 @@ class RoundsSamplesGenerator(SamplesGenerator):
     ) -> Tuple[List[Experience], int, bool]:
         if self._in_eval or self.rounds is None:
             return super()._generate_vllm(dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs)
-        return RoundStep(self, dataloader_iter, num_prompts, dynamic_filtering, generate_kwargs).run()
+        step = EstStep if self.est else RoundStep
+        return step(self, dataloader_iter, num_prompts, dynamic_filtering, generate_kwargs).run()
 
     # -- faults ---------------------------------------------------------------------------------------------------
     def _drop_dead_engines(self, error) -> List[str]:
