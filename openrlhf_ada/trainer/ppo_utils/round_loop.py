@@ -148,21 +148,22 @@ class RoundStep:
     """The state of one training generation step, and its phases as methods (module docstring).
 
     `generator` is the project's samples generator: it owns what outlives a step (the engines, the step counter
-    that seeds the per-prompt generators, the epoch, the history, groups carried from a short step) and the
-    engine-fault handling (`_drop_dead_engines`, `_check_stalled`)."""
+    that seeds the per-prompt generators, the epoch, the history, groups carried from a short step), changed only
+    through its own methods (`begin_step`, `prompts_drawn`, `take_skipped`, `hold_skipped`), and the engine-fault
+    handling (`_drop_dead_engines`, `_check_stalled`). What the step found (`pools`, `logged`, `group_sizes`) the
+    generator reads from the step when it ends."""
 
     def __init__(self, generator, dataloader_iter, num_prompts: int, dynamic_filtering, generate_kwargs: dict):
         gen = self.gen = generator
         self.config = gen.rounds
-        gen._step += 1
-        self.step_seed = (self.config.seed, gen._step)
+        self.step, self.carried = gen.begin_step()  # carried: whole groups held back from the last short step
+        self.step_seed = (self.config.seed, self.step)
         self.generate_kwargs = {k: v for k, v in generate_kwargs.items() if k != "n_samples_per_prompt"}
         self.started = time.time()
         self.streaming = self.config.cancel  # samples come back as they finish; a resolved prompt's rest is cancelled
         self.stream_run = uuid.uuid4().hex[:12]
         self.history = gen.history
         self.dataloader_iter, self.dynamic_filtering = dataloader_iter, dynamic_filtering
-        self.carried, gen._carry = gen._carry, []  # whole groups held back from the last episode's short step
         self.num_prompts = num_prompts - len(self.carried) // gen.args.rollout.n_samples_per_prompt
         self.prompts_consumed = self.next_uid = 0
         self.exhausted = False
@@ -178,6 +179,11 @@ class RoundStep:
         self.waiting_round: List[ActivePrompt] = []  # sync schedule: prompts whose next round waits for the barrier
         self.refill = 0  # replacement prompts to draw after this wait
         self.pbar = None
+        self.epoch = gen.epoch  # the pass over the data the prompts being drawn come from
+        # what the step found, read by the generator when it ends
+        self.pools: Optional[List[PromptPool]] = None  # every prompt's pool, in the order drawn
+        self.logged: Optional[dict] = None  # the step's metrics
+        self.group_sizes: Optional[List[int]] = None  # the trained groups' sizes, in order
         self.max_rounds = self.config.max_rounds  # the rounds a prompt may take (the metrics count each)
 
     # -- the step, top to bottom --------------------------------------------------------------------------------
@@ -185,10 +191,9 @@ class RoundStep:
         """Returns (experiences, prompts consumed, data exhausted), as upstream's `_generate_vllm` does."""
         active = self.draw(self.num_prompts)
         if not active:  # the data ran out (prompts skipped by the history on the way count in the next step)
-            self.gen._skipped_carry += self.skipped
+            self.gen.hold_skipped(self.skipped)
             return self.carried, self.prompts_consumed, True
-        self.skipped += self.gen._skipped_carry
-        self.gen._skipped_carry = 0
+        self.skipped += self.gen.take_skipped()
         self.pbar = tqdm(total=self.num_prompts,
                          desc="Generate samples (Reinforce-Ada)" if self.gen.ada else "Generate samples")
         self.dispatch(active)
@@ -231,17 +236,14 @@ class RoundStep:
         out = []
         while len(out) < count and not self.exhausted:
             prompts, labels, images, self.exhausted = _collect_prompt_batch(self.dataloader_iter, count - len(out))
-            if prompts and gen._epoch_pending:
-                gen._epoch += 1
-                gen._epoch_pending = False
-            gen._epoch = max(gen._epoch, 0)
+            self.epoch = gen.prompts_drawn(len(prompts))
             self.prompts_consumed += len(prompts)
             for p, lab, img in zip(prompts, labels, images):
                 key = first = None
                 if self.history is not None:
                     key = prompt_key(p)
                 if cfg.history:
-                    plan = self.history.plan(key, gen._epoch, n=cfg.n, cap=cfg.max_samples, seed=cfg.seed)
+                    plan = self.history.plan(key, self.epoch, n=cfg.n, cap=cfg.max_samples, seed=cfg.seed)
                     if plan.skip:
                         self.skipped += 1
                         continue
@@ -390,7 +392,7 @@ class RoundStep:
         (1 for a dropped or filtered prompt, else 0; a prompt lost to failed rewards is held back instead)."""
         self.finished.append(item)
         if self.history is not None:
-            self.history.record(item.key, self.gen._epoch, item.pool.num_pos, item.pool.num_neg)
+            self.history.record(item.key, self.epoch, item.pool.num_pos, item.pool.num_neg)
         kept = [item.pool.items[i] for i in item.pool.select()]
         if not kept:
             self.lost(item)
@@ -433,15 +435,14 @@ class RoundStep:
 
     # -- build --------------------------------------------------------------------------------------------------
     def metrics(self) -> dict:
-        """The step's metrics (also the generator's `last_metrics` and `last_pools`); a failed share over the limit
-        stops the step here, whatever the number of samples."""
+        """The step's metrics (`logged`, the generator's `last_metrics`, with `pools`, its `last_pools`); a failed share
+        over the limit stops the step here, whatever the number of samples."""
         gen = self.gen
-        gen.last_pools = [item.pool for item in sorted(self.finished, key=lambda it: it.uid)]  # in the order drawn
-        metrics = step_metrics(gen.last_pools, self.max_rounds, skipped=self.skipped)
-        if gen.ada is not None and gen.last_pools:
-            metrics.update(allocation_metrics([pool.samples for pool in gen.last_pools],
-                                              [pool.sum / pool.count if pool.count else 0.0
-                                               for pool in gen.last_pools]))
+        self.pools = [item.pool for item in sorted(self.finished, key=lambda it: it.uid)]  # in the order drawn
+        metrics = step_metrics(self.pools, self.max_rounds, skipped=self.skipped)
+        if gen.ada is not None and self.pools:
+            metrics.update(allocation_metrics([pool.samples for pool in self.pools],
+                                              [pool.sum / pool.count if pool.count else 0.0 for pool in self.pools]))
         metrics.update(self.strategy_metrics())
         self.failures.check(gen.fault.max_failed_share, gen.args.reward.remote_url, gen.tokenizer)
         metrics.update(self.failures.metrics())
@@ -450,11 +451,11 @@ class RoundStep:
         metrics["ada/prompts_consumed"] = float(self.prompts_consumed)
         metrics["ada/generation_seconds"] = time.time() - self.started
         if self.history is not None:
-            metrics["ada/epoch"] = float(gen._epoch)
+            metrics["ada/epoch"] = float(self.epoch)
         logged = self.logged_metrics()
         if logged is not None:
             metrics = {k: v for k, v in metrics.items() if k in logged or k.startswith("fault/")}
-        gen.last_metrics = metrics
+        self.logged = metrics
         return metrics
 
     def strategy_metrics(self) -> dict:
@@ -471,7 +472,7 @@ class RoundStep:
         (for the pool baseline) and the step's metrics in `info`."""
         out: List[Experience] = list(self.carried)
         weighted = self.gen.ada is not None and self.gen.ada.weight_kind != "none"
-        self.gen.last_group_sizes = [self.gen.args.rollout.n_samples_per_prompt] * (
+        self.group_sizes = [self.gen.args.rollout.n_samples_per_prompt] * (
             len(self.carried) // self.gen.args.rollout.n_samples_per_prompt)
         for item in sorted(self.finished, key=lambda it: it.uid):
             kept = self.accepted.get(item.uid)
@@ -489,9 +490,9 @@ class RoundStep:
                 for key, value in metrics.items():
                     e.info[key.replace("/", "_")] = torch.tensor([float(value)])
             out.extend(kept)
-            self.gen.last_group_sizes.append(len(kept))
+            self.group_sizes.append(len(kept))
         logger.info(
-            f"{'Reinforce-Ada' if self.gen.ada else 'Fixed-n'} step {self.gen._step}: {len(self.accepted)} groups "
+            f"{'Reinforce-Ada' if self.gen.ada else 'Fixed-n'} step {self.step}: {len(self.accepted)} groups "
             f"from {self.prompts_consumed} prompts, {int(metrics.get('ada/samples_generated', 0))} samples, "
             f"eta={metrics.get('ada/eta', 0):.3f}" + (f", {self.skipped} skipped (history)" if self.history is not None
                                                        else "")

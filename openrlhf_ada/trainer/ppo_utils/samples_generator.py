@@ -263,8 +263,48 @@ class RoundsSamplesGenerator(SamplesGenerator):
     ) -> Tuple[List[Experience], int, bool]:
         if self._in_eval or self.rounds is None:
             return super()._generate_vllm(dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs)
-        step = EstStep if self.est else RoundStep
-        return step(self, dataloader_iter, num_prompts, dynamic_filtering, generate_kwargs).run()
+        step = (EstStep if self.est else RoundStep)(self, dataloader_iter, num_prompts, dynamic_filtering,
+                                                     generate_kwargs)
+        try:
+            return step.run()
+        finally:  # what the step found, as far as it got (a step stopped by failed rewards has its pools)
+            if step.pools is not None:
+                self.last_pools = step.pools
+            if step.logged is not None:
+                self.last_metrics = step.logged
+            if step.group_sizes is not None:
+                self.last_group_sizes = step.group_sizes
+
+    # -- the state a step changes: through these, by the step (round_loop.RoundStep) -------------------------------
+    @property
+    def epoch(self) -> int:
+        """The pass over the data that the prompts being drawn come from (-1 before the first prompt)."""
+        return self._epoch
+
+    def begin_step(self) -> Tuple[int, List[Experience]]:
+        """A new training generation step: its number (it seeds the step's per-prompt generators) and the whole
+        groups held back from the last short step, handed over to it."""
+        self._step += 1
+        carried, self._carry = self._carry, []
+        return self._step, carried
+
+    def prompts_drawn(self, count: int) -> int:
+        """The step took `count` prompts from the loader (0: it had none left): the first prompt of a fresh iterator
+        opens the next epoch. Returns the epoch the prompts come from."""
+        if count and self._epoch_pending:
+            self._epoch += 1
+            self._epoch_pending = False
+        self._epoch = max(self._epoch, 0)
+        return self._epoch
+
+    def hold_skipped(self, count: int) -> None:
+        """Prompts the history skipped in a call that found no prompt left: counted in the next step."""
+        self._skipped_carry += count
+
+    def take_skipped(self) -> int:
+        """The skipped prompts held from an earlier call, handed to the step that counts them."""
+        count, self._skipped_carry = self._skipped_carry, 0
+        return count
 
     # -- faults ---------------------------------------------------------------------------------------------------
     def _drop_dead_engines(self, error) -> List[str]:
