@@ -92,8 +92,8 @@ def test_the_generator_takes_upstreams_path_when_a_reward_model_scores():
         return RoundsSamplesGenerator(strategy=SimpleNamespace(args=parse_args(argv)), prompts_dataloader=[],
                                       eval_dataloader=None, tokenizer=None, vllm_engines=[])
 
-    assert generator(RM_BASE).rounds is None
-    assert generator(RM_BASE + ["--adora.enable"]).rounds is None
+    assert generator(RM_BASE).pool_config is None
+    assert generator(RM_BASE + ["--adora.enable"]).pool_config is None
     reward_function = ["--reward.remote_url", "http://localhost:5000/get_reward"]
     i = RM_BASE.index("--reward.model_name_or_path")
     assert generator(RM_BASE[:i] + RM_BASE[i + 2:] + reward_function).rounds is not None

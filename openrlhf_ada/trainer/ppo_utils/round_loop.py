@@ -155,7 +155,7 @@ class RoundStep:
 
     def __init__(self, generator, dataloader_iter, num_prompts: int, dynamic_filtering, generate_kwargs: dict):
         gen = self.gen = generator
-        self.config = gen.rounds
+        self.config = gen.pool_config
         self.step, self.carried = gen.begin_step()  # carried: whole groups held back from the last short step
         self.step_seed = (self.config.seed, self.step)
         self.generate_kwargs = {k: v for k, v in generate_kwargs.items() if k != "n_samples_per_prompt"}

@@ -83,7 +83,7 @@ class RoundsSamplesGenerator(SamplesGenerator):
         n = self.args.rollout.n_samples_per_prompt
         seed = getattr(self.args.train, "seed", AdaConfig.seed)
         fixed_n = n >= 2 and not scored_by_reward_model(self.args)
-        self.rounds = self.ada or (AdaConfig.one_round(n, seed=seed) if fixed_n else None)
+        self.pool_config = self.ada or (AdaConfig.one_round(n, seed=seed) if fixed_n else None)
         self.fault = fault_config(self.args)
         self.batch_unit = n  # a short step holds a multiple of this many samples (the cluster trainers set it)
         self._carry: List[Experience] = []  # whole groups held back from a short step for the next one
@@ -172,7 +172,7 @@ class RoundsSamplesGenerator(SamplesGenerator):
             samples = self._cut_est_short_step(samples)
         elif samples and len(samples) < full:
             usable = whole_units(len(samples), self.batch_unit)
-            if usable < len(samples) and self.rounds is not None:
+            if usable < len(samples) and self.pool_config is not None:
                 n = self.args.rollout.n_samples_per_prompt
                 self._carry = samples[usable:]
                 samples = samples[:usable]
@@ -261,7 +261,7 @@ class RoundsSamplesGenerator(SamplesGenerator):
     def _generate_vllm(
         self, dataloader_iter, num_prompts: int, dynamic_filtering, **generate_kwargs
     ) -> Tuple[List[Experience], int, bool]:
-        if self._in_eval or self.rounds is None:
+        if self._in_eval or self.pool_config is None:
             return super()._generate_vllm(dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs)
         step = (EstStep if self.est else RoundStep)(self, dataloader_iter, num_prompts, dynamic_filtering,
                                                      generate_kwargs)
