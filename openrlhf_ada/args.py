@@ -4,7 +4,9 @@
 single-machine trainer's). After upstream's `hierarchize`, the namespace carries `args.adora.*` and `args.ada.*`;
 `validate(args)` checks them together with the upstream flags they depend on and raises ValueError with what is
 wrong and how to fix it, before Ray or any model starts. The configs travel to every actor inside `strategy.args`
-and are rebuilt there with `adora_config(args)` / `ada_config(args)`.
+and are rebuilt there with `adora_config(args)` / `ada_config(args)`. The configs of the flags that belong to no
+algorithm live here (`FaultConfig` of --fault.*, `EvalConfig` of --eval.avg_*), so that this module imports no trainer
+module (the layers: algorithms/ <- args and trainer/ <- cli/).
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from openrlhf_ada.algorithms.reinforce_ada import (
 )
 from openrlhf_ada.compatibility import check as check_compatibility
 from openrlhf_ada.rewards.checks import check_reward_url
-from openrlhf_ada.trainer.heldout import EvalConfig, eval_config
 
 logger = logging.getLogger(__name__)
 
@@ -291,6 +292,37 @@ def fault_config(args) -> FaultConfig:
         return FaultConfig(max_new_tokens=max_new)
     return FaultConfig(reward_timeout=f.reward_timeout, max_failed_share=f.max_failed_share,
                        engine_timeout=getattr(f, "engine_timeout", None), max_new_tokens=max_new)
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """The project's --eval.* flags (upstream's --eval.dataset, --eval.steps, --eval.temperature,
+    --eval.n_samples_per_prompt keep their meaning).
+
+    `avg_k`: samples per held-out problem for avg@k, drawn in a pass of their own after the usual evaluation
+    (0: off, the default: the evaluation stays exactly upstream's plus the accuracy keys). `avg_temperature`:
+    their sampling temperature. `avg_seed`: their seed. The transformers engine (`--local.engine hf`) draws the j-th
+    sample of a problem with a generator seeded by (avg_seed, problem, j): the same samples for the same weights,
+    in every run and every evaluation, whatever --train.seed. vLLM takes no seed per request on its CPU backend, so
+    its engines keep the seed they started with (--train.seed): reproducible run by run, not shared across seeds.
+    """
+
+    avg_k: int = 0
+    avg_temperature: float = 1.0
+    avg_seed: int = 0
+
+    def __post_init__(self):
+        if self.avg_k < 0:
+            raise ValueError(f"eval.avg_k={self.avg_k}: must be >= 0 (0: no avg@k)")
+        if not self.avg_temperature > 0 or self.avg_temperature == float("inf"):
+            raise ValueError(f"eval.avg_temperature={self.avg_temperature}: avg@k samples, so it must be a finite "
+                             "number > 0 (greedy is --eval.temperature 0)")
+
+
+def eval_config(args) -> EvalConfig:
+    """The EvalConfig of parsed flags (namespaces without the flags get its defaults)."""
+    ev = getattr(args, "eval", None)
+    return EvalConfig(**{k: getattr(ev, k, getattr(EvalConfig, k)) for k in ("avg_k", "avg_temperature", "avg_seed")})
 
 
 def validate_sizes(args) -> None:

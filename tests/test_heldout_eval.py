@@ -14,15 +14,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from openrlhf_ada.args import EvalConfig, eval_config
 from openrlhf_ada.cli.train_local import parse_local_args, run
-from openrlhf_ada.trainer.heldout import (
-    EvalConfig,
-    EvalLoader,
-    avg_at_k_metrics,
-    describe,
-    eval_config,
-    heldout_metrics,
-)
+from openrlhf_ada.trainer.heldout import EvalLoader, avg_at_k_metrics, describe, heldout_metrics
 from openrlhf_ada.trainer.metrics_log import read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

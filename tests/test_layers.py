@@ -75,3 +75,15 @@ def test_the_package_imports_form_no_circle():
     for name in sorted(graph):
         visit(name)
     assert {"openrlhf_ada.cpu.patches", "openrlhf_ada.analysis.compare"} <= set(graph)  # the walk saw the package
+
+
+def test_the_layers_point_one_way():
+    """`args.py` (the flags and their frozen configs) imports no trainer module, and no module of the package outside
+    `cli/` imports an entry point."""
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts}
+    args_imports = _imports(modules["openrlhf_ada.args"], modules)
+    assert not [m for m in args_imports if m.startswith(("openrlhf_ada.trainer", "openrlhf_ada.cli"))], args_imports
+    for name, path in modules.items():
+        if not name.startswith("openrlhf_ada.cli"):
+            up = [m for m in _imports(path, modules) if m.startswith("openrlhf_ada.cli")]
+            assert not up, f"{name} imports {up}"

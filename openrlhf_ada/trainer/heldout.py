@@ -23,9 +23,9 @@ metric `pass_rate`):
                            greedy sample per problem that is sqrt(p (1 - p) / (problems - 1)), the binomial standard
                            error with the n - 1 correction
 
-With `--eval.avg_k K` (EvalConfig below; off by default) every evaluation also draws K samples per problem at
+With `--eval.avg_k K` (`EvalConfig` of openrlhf_ada/args.py; off by default) every evaluation also draws K samples per problem at
 `--eval.avg_temperature`, seeded by `--eval.avg_seed` (the same for every run whatever `--train.seed`, on the engines
-that take a seed per sample, see EvalConfig), and adds avg@K (the papers' Ave@K: the mean over problems of the share of
+that take a seed per sample, see `EvalConfig`), and adds avg@K (the papers' Ave@K: the mean over problems of the share of
 a problem's K samples that are correct):
 
     eval/avg_at_k          avg@K
@@ -49,43 +49,11 @@ Upstream's keys without their `eval_` prefix under `eval/`: `eval/<datasource>_p
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
 EVAL_PREFIX = "eval/"
 ACCURACY = "eval/accuracy"
 AVG_AT_K = "eval/avg_at_k"
-
-
-@dataclass(frozen=True)
-class EvalConfig:
-    """The project's --eval.* flags (upstream's --eval.dataset, --eval.steps, --eval.temperature,
-    --eval.n_samples_per_prompt keep their meaning).
-
-    `avg_k`: samples per held-out problem for avg@k, drawn in a pass of their own after the usual evaluation
-    (0: off, the default: the evaluation stays exactly upstream's plus the accuracy keys). `avg_temperature`:
-    their sampling temperature. `avg_seed`: their seed. The transformers engine (`--local.engine hf`) draws the j-th
-    sample of a problem with a generator seeded by (avg_seed, problem, j): the same samples for the same weights,
-    in every run and every evaluation, whatever --train.seed. vLLM takes no seed per request on its CPU backend, so
-    its engines keep the seed they started with (--train.seed): reproducible run by run, not shared across seeds.
-    """
-
-    avg_k: int = 0
-    avg_temperature: float = 1.0
-    avg_seed: int = 0
-
-    def __post_init__(self):
-        if self.avg_k < 0:
-            raise ValueError(f"eval.avg_k={self.avg_k}: must be >= 0 (0: no avg@k)")
-        if not self.avg_temperature > 0 or self.avg_temperature == float("inf"):
-            raise ValueError(f"eval.avg_temperature={self.avg_temperature}: avg@k samples, so it must be a finite "
-                             "number > 0 (greedy is --eval.temperature 0)")
-
-
-def eval_config(args) -> EvalConfig:
-    """The EvalConfig of parsed flags (namespaces without the flags get its defaults)."""
-    ev = getattr(args, "eval", None)
-    return EvalConfig(**{k: getattr(ev, k, getattr(EvalConfig, k)) for k in ("avg_k", "avg_temperature", "avg_seed")})
 
 
 def standard_error(values: Sequence[float]) -> float:

@@ -52,8 +52,9 @@ from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
 from safetensors.torch import save_file
 from tqdm import tqdm
 
+from openrlhf_ada.args import eval_config
 from openrlhf_ada.trainer.checkpoint_dir import find_checkpoint, remove_checkpoint, write_checkpoint
-from openrlhf_ada.trainer.heldout import ACCURACY, EvalLoader, avg_at_k_metrics, describe, eval_config, heldout_metrics
+from openrlhf_ada.trainer.heldout import ACCURACY, EvalLoader, avg_at_k_metrics, describe, heldout_metrics
 from openrlhf_ada.trainer.metrics_log import MetricsWriter, keep_rows_up_to
 from openrlhf_ada.trainer.ppo_utils.experience_maker import AdoraPoolExperienceMaker
 from openrlhf_ada.trainer.ppo_utils.sample_failures import rewards_of, sample_score

@@ -13,7 +13,8 @@ import ray
 from openrlhf.trainer.ppo_trainer import PPOTrainer, compute_eval_metrics
 from openrlhf.utils.logging_utils import init_logger
 
-from openrlhf_ada.trainer.heldout import EVAL_PREFIX, avg_at_k_metrics, describe, eval_config, heldout_metrics
+from openrlhf_ada.args import eval_config
+from openrlhf_ada.trainer.heldout import EVAL_PREFIX, avg_at_k_metrics, describe, heldout_metrics
 from openrlhf_ada.trainer.metrics_log import MetricsWriter, keep_rows_up_to, read_metrics, standardize
 from openrlhf_ada.trainer.ppo_utils.batching import short_step_unit
 from openrlhf_ada.trainer.ppo_utils.experience_maker import AdoraPoolExperienceMaker
