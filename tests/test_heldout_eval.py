@@ -372,7 +372,8 @@ def test_heldout_problems_do_not_depend_on_the_run(tmp_path, tiny_llama_path):
     and compare refuses runs evaluated on different ones."""
     from transformers import AutoTokenizer
 
-    from openrlhf_ada.cli.train_local import load_prompts, problems_digest, write_run_config
+    from openrlhf_ada.data.loading import load_prompts, problems_digest
+    from openrlhf_ada.trainer.local_setup import write_run_config
     from openrlhf_ada.trainer.local_trainer import LocalStrategy
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_llama_path)
@@ -582,7 +583,8 @@ def test_eval_at_tokens_evaluates_once_where_the_run_first_reaches_the_count():
 
 
 def test_request_seeds_and_eval_at_tokens_flags_reach_the_config(tmp_path, tiny_llama_path, capsys):
-    from openrlhf_ada.cli.train_local import local_config, parse_local_args
+    from openrlhf_ada.cli.train_local import parse_local_args
+    from openrlhf_ada.trainer.local_setup import local_config
 
     (tmp_path / "reward.py").write_text(REWARD)
     rows = [{"input": f"Say a number {i}:", "label": "d"} for i in range(4)]

@@ -125,7 +125,9 @@ import json, os, sys
 
 if __name__ == "__main__":
     from openrlhf_ada.cli.demo import DEMO_FLAGS, REWARD_FILE, write_data
-    from openrlhf_ada.cli.train_local import local_config, parse_local_args, start_engine, stop_engine
+    from openrlhf_ada.cli.train_local import parse_local_args
+    from openrlhf_ada.trainer.local_setup import local_config
+    from openrlhf_ada.trainer.ray.local_engine import start_engine, stop_engine
     from openrlhf_ada.cpu.kv_cache import node_memory
     from openrlhf_ada.models.smollm2 import smollm2_checkpoint
     import ray

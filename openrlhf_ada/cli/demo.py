@@ -113,9 +113,10 @@ def main(argv=None) -> int:
               "with make: make demo ARGS='--out DIR'", file=sys.stderr)
         return 2
 
-    from openrlhf_ada.cli.train_local import check_output_dir, parse_local_args, run
+    from openrlhf_ada.cli.train_local import parse_local_args, run
     from openrlhf_ada.models.smollm2 import smollm2_checkpoint
     from openrlhf_ada.trainer.heldout import ACCURACY, eval_rows
+    from openrlhf_ada.trainer.local_setup import check_output_dir
 
     try:  # an earlier demo run in --out is refused now, before the model is prepared (train_local's own check)
         check_output_dir(SimpleNamespace(
