@@ -35,7 +35,7 @@ ROWS = {
     "dynamic filtering": ["--algo.dynamic_filtering_enable"],
     "async training": ["--train.async_enable"],
     "partial rollout": ["--train.async_enable", "--train.partial_rollout_enable"],
-    "packing": ["--ds.packing_samples"],
+    "packing": ["--ds.packing_samples", "--vllm.num_engines", "1"],  # upstream packs only with vLLM engines
     "length penalties": ["--reward.overlong_buffer_len", "8", "--reward.stop_properly_penalty_coef", "0.5"],
     "IS correction": ["--algo.advantage.is_correction_level", "token"],
     "evaluation": ["--eval.dataset", "eval.jsonl", "--eval.steps", "1"],
@@ -45,13 +45,14 @@ ROWS = {
     "agent with a reward model": ["--train.agent_func_path", "agent.py", "--reward.model_name_or_path", "rm"],
     "4-bit actor": ["--ds.load_in_4bit", "--vllm.num_engines", "1"],
     "learning-rate schedule": ["--actor.lr_scheduler", "reduce_lr_on_plateau"],
-    "dynamic batch": None,
+    "dynamic batch": ["--train.dynamic_batch_enable", "--vllm.num_engines", "1"],
     "LoRA": ["--ds.lora.rank", "8"],
     "images": None,
+    "ZeRO-2": ["--ds.zero_stage", "2"],
 }
 PENDING_ROWS = set()  # rows other work fills in
-NOT_RUN_ROWS = {"images", "packing", "dynamic batch"}  # no vision-language model in the tests; packing and dynamic
-# batching need flash attention (a GPU)
+# cells no test runs, each with its reason in the document ("not run (...)")
+NOT_RUN = {("LoRA", "features off"), ("LoRA", "Est")}
 # pairs that should work but no test runs yet: the lead decides (a run of their own, or a place in one)
 UNTESTED = set()
 
@@ -119,7 +120,112 @@ def test_every_cell_is_tested_or_refused(row, column, capsys):
     elif row in PENDING_ROWS:
         assert text == "(pending)", text
     else:
-        assert row in NOT_RUN_ROWS and text.startswith("not yet run ("), text
+        assert (row, column) in NOT_RUN and text.startswith("not run ("), text
+
+
+# -- the named tests switch their pair on --------------------------------------------------------------------------
+
+
+def _value(argv: list, flag: str, default=None):
+    """The value of `flag`'s last occurrence in a launcher argv (argparse keeps the last)."""
+    at = [i for i, a in enumerate(argv) if a == flag]
+    return argv[at[-1] + 1] if at else default
+
+
+# each row's upstream feature and each column's project setting, read off the argv a test hands the launcher
+ROW_ON = {
+    "HTTP reward server": lambda a: str(_value(a, "--reward.remote_url", "")).startswith("http"),
+    "agent": lambda a: "--train.agent_func_path" in a,
+    "critic": lambda a: _value(a, "--algo.advantage.estimator") == "gae",
+    "one sample per prompt": lambda a: _value(a, "--rollout.n_samples_per_prompt") == "1",
+    "dynamic filtering": lambda a: "--algo.dynamic_filtering_enable" in a,
+    "async training": lambda a: "--train.async_enable" in a,
+    "partial rollout": lambda a: "--train.async_enable" in a and "--train.partial_rollout_enable" in a,
+    "packing": lambda a: "--ds.packing_samples" in a or "--train.dynamic_batch_enable" in a,  # upstream: one -> both
+    "length penalties": lambda a: "--reward.overlong_buffer_len" in a or "--reward.stop_properly_penalty_coef" in a,
+    "IS correction": lambda a: _value(a, "--algo.advantage.is_correction_level", "off") != "off",
+    "evaluation": lambda a: "--eval.dataset" in a,
+    "reward model": lambda a: "--reward.model_name_or_path" in a,
+    "dynamic batch": lambda a: "--train.dynamic_batch_enable" in a,
+    "LoRA": lambda a: int(_value(a, "--ds.lora.rank", 0)) > 0,
+    "images": lambda a: "--data.image_key" in a,
+    "ZeRO-2": lambda a: _value(a, "--ds.zero_stage") == "2",
+}
+COLUMN_ON = {
+    # features off: neither, or ADORA from a later step (--adora.start_step): the steps before run without it
+    "features off": lambda a: "--ada.enable" not in a and ("--adora.enable" not in a
+                                                          or int(_value(a, "--adora.start_step", 0)) > 1),
+    "ADORA": lambda a: "--adora.enable" in a,
+    "Reinforce-Ada Seq": lambda a: "--ada.enable" in a and _value(a, "--ada.strategy", "seq") == "seq",
+    "Est": lambda a: "--ada.enable" in a and _value(a, "--ada.strategy") == "est",
+    "Seq + cancel": lambda a: "--ada.enable" in a and "--ada.cancel" in a,
+}
+
+
+class _Launched(Exception):
+    def __init__(self, argv):
+        super().__init__("launched")
+        self.argv = list(argv)
+
+
+def launched_argv(file: str, test: str, tmp_path: Path):
+    """The argv that `file`'s `test` hands the launcher on its first run: the test is called with stand-ins for its
+    fixtures (a folder, names, a reward server's URL) and stopped at its first `launch(...)` of the cluster launcher,
+    so nothing starts. None for a test that trains otherwise (train_local, `ray job submit`, a unit of the pipeline)
+    or that needs a real fixture before it launches."""
+    import inspect
+    from types import SimpleNamespace
+
+    import siblings
+
+    module = siblings.load(file)
+    pipeline = siblings.load("test_pipeline_on_cpu.py")
+    tmp_path.mkdir(parents=True, exist_ok=True)
+
+    def launch(module_name, flags, *args, **kwargs):
+        if module_name == "openrlhf_ada.cli.train_ppo_ray":
+            raise _Launched(flags)
+        raise RuntimeError("not the project's launcher")
+
+    stand_ins = {"tmp_path": tmp_path, "tiny_llama_path": "tiny-llama", "scripted_reward": "scripted_reward.py",
+                 "reward_server": SimpleNamespace(url="http://127.0.0.1:9/get_reward")}
+    fn = getattr(module, test)
+    kwargs = {name: stand_ins.get(name) for name in inspect.signature(fn).parameters}
+    saved = [(m, m.launch) for m in {id(m): m for m in (module, pipeline)}.values() if hasattr(m, "launch")]
+    for m, _ in saved:
+        m.launch = launch
+    try:
+        fn(**kwargs)
+    except _Launched as e:
+        return e.argv
+    except (Exception, SystemExit):  # noqa: BLE001 - trains some other way, or needed a real fixture first
+        return None
+    finally:
+        for m, original in saved:
+            m.launch = original
+    return None
+
+
+# rows whose tests train through train_local or `ray job submit`, not the launcher's argv (checked by name only)
+BY_NAME_ONLY_ROWS = {"images"}
+
+
+@pytest.mark.parametrize("row,column", [(r, c) for r in ROWS for c in COLUMNS])
+def test_every_tested_cell_names_a_run_that_switches_its_pair_on(row, column, tmp_path):
+    """A tested cell is tested by its named runs only if they switch the pair on: each named launcher run's argv
+    holds the row's feature and the column's setting, and at least one named test is such a run."""
+    text = read_matrix()[(row, column)]
+    if not text.startswith("tested") or row in BY_NAME_ONLY_ROWS:
+        return
+    checked = []
+    for i, (file, test) in enumerate(re.findall(r"`(test_\w+\.py)::(test_\w+)", text)):
+        argv = launched_argv(file, test, tmp_path / str(i))
+        if argv is None:
+            continue
+        assert ROW_ON[row](argv), (row, file, test, "does not switch the feature on")
+        assert COLUMN_ON[column](argv), (column, file, test, "does not run the setting")
+        checked.append(test)
+    assert checked, f"no named test of ({row}, {column}) is a launcher run switching the pair on: {text}"
 
 
 # each refusal's two sides as flags added to BASE: its upstream feature, and the setting (or flag) it meets

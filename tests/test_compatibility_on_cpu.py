@@ -18,13 +18,21 @@ Each run switches on several upstream features at once and checks each of them f
   logged;
 - dynamic filtering: a prompt that is never solved is filtered and replaced;
 - async training with partial rollout (`--train.async_enable --train.partial_rollout_enable`): the steps train, and
-  the engines are paused for the weight syncs (vLLM's scheduler logs it) instead of drained.
+  the engines are paused for the weight syncs (vLLM's scheduler logs it) instead of drained;
+- packing (`--ds.packing_samples`, or dynamic batching, which turns it on): the CPU mode kept it on, with eager
+  attention in place of flash_attention_2 (its log line); each sample's log-probs are those of the sample alone
+  (tests/test_packing.py), and the engines' log-probs match the trained policy's after every sync (`vllm_kl`);
+- dynamic batching (`--train.dynamic_batch_enable`): the policy trains each step in micro-batches cut by tokens, more
+  of them than --train.micro_batch_size makes (its progress bar's count);
+- ZeRO-2 (`--ds.zero_stage 2`, upstream's default; the other pipeline runs use ZeRO-3): the actors ran it (the
+  arguments upstream prints), under every setting: features off, ADORA + Seq, Est, ADORA + Seq + cancel.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -115,6 +123,57 @@ def flags_for(tiny_llama_path, tmp_path, data, reward, extra) -> list:
     return flags
 
 
+# Packing and dynamic batching. Every shipped text script packs (--ds.packing_samples); the CPU mode keeps it on with
+# eager attention in place of flash_attention_2 and says so in the log. --train.dynamic_batch_enable (which turns
+# packing on) cuts each rank's share of a step into micro-batches of at most MAX_TOKENS tokens (prompt + response)
+# instead of --train.micro_batch_size samples: a sample here is about 25 tokens (a 9-token prompt, up to 16 response
+# tokens), so a micro-batch holds one sample, or two short ones: 14 to 16 micro-batches for a rank's 16 samples of a
+# step (8 for 8 with two ranks) where 4 samples a micro-batch make 4 (2).
+MAX_TOKENS = 48
+DYNAMIC_BATCH = ["--train.dynamic_batch_enable", "--train.max_tokens_per_gpu", str(MAX_TOKENS)]
+PACKING = ["--ds.packing_samples"]
+ZERO2 = ["--ds.zero_stage", "2"]  # after common_flags' 3: the last one counts
+
+
+def check_zero2(run) -> None:
+    """The actors ran ZeRO-2 (upstream prints the parsed arguments every actor gets)."""
+    assert "zero_stage=2," in run.log and "zero_stage=3," not in run.log
+
+
+def check_packed(run) -> None:
+    """Packing reached the actors: the CPU mode kept --ds.packing_samples on (its line) and put eager attention in
+    place of the flash_attention_2 that upstream forces with packing."""
+    assert "--ds.attn_implementation flash_attention_2 -> eager" in run.log and "packing stays on" in run.log
+
+
+def train_micro_batches(run, actor: str = "PolicyModelActor") -> list:
+    """The micro-batches `actor` (its rank 0) trained per training epoch, from its progress bar ("Train epoch [1/1]
+    ... k/k"), in order (one epoch a step here). Ray prefixes each line an actor prints with its class (the critic
+    has a bar too); the bar's updates within that line, split at tqdm's carriage returns, follow it unprefixed."""
+    stream, owner = [], None
+    for line in run.log.split("\n"):
+        prefix = re.match(r"(?:\x1b\[\d+m)?\((\w+) pid=\d+", line)
+        if prefix:
+            owner = prefix.group(1)
+        elif not line.startswith("Train epoch"):
+            owner = None
+        if owner and actor in owner:
+            stream.append(line)
+    counts = []
+    for chunk in "".join(stream).split("Train epoch [1/1]")[1:]:
+        done = re.search(r"\|\s*(\d+)/(\d+) \[", chunk)
+        if done and done.group(1) == done.group(2):
+            counts.append(int(done.group(2)))
+    return counts
+
+
+def check_dynamic_batches(run, samples_per_rank: int) -> None:
+    """Dynamic batching cut the steps: the policy's rank 0 trained its share of a step (`samples_per_rank`) in more
+    micro-batches than --train.micro_batch_size (4) would make of it, at most one a sample (every finished bar)."""
+    counts = train_micro_batches(run)
+    assert counts and all(samples_per_rank // 4 < c <= samples_per_rank for c in counts), counts
+
+
 def check_penalised_rewards(row: dict, server_mean: float) -> None:
     """The trained rewards are the server's, each minus the overlong penalty factor x length / 16 (the buffer is the
     whole response budget, so every token counts): their mean is the server's mean minus factor x mean length / 16."""
@@ -125,18 +184,22 @@ def check_penalised_rewards(row: dict, server_mean: float) -> None:
 def test_adora_and_seq_with_http_rewards_critic_penalty_is_correction_eval_and_filtering(tmp_path, tiny_llama_path,
                                                                                         reward_server):
     """Sync trainer, ADORA + Reinforce-Ada Seq (group baseline: a critic has no group) with a critic (gae), the HTTP
-    reward server, the overlong penalty, IS correction, evaluation and dynamic filtering. 8 prompts solved half the
-    time and 1 never solved: each mixed prompt's round of 4 holds 2 + 2 (resolved in round 1); the never-solved one
-    stays unresolved after 2 rounds, is kept (--ada.unresolved keep) and then removed by dynamic filtering (its
-    mean score 0 is outside (0, 1)) and replaced: 8 groups of 4 = 2 steps of 16 samples."""
+    reward server, the overlong penalty, IS correction, evaluation, dynamic filtering, dynamic batching (so packing)
+    and ZeRO-2 (policy and critic). 8 prompts solved half the time and 1 never solved: each mixed prompt's round of
+    4 holds 2 + 2 (resolved in round 1); the never-solved one stays unresolved after 2 rounds, is kept
+    (--ada.unresolved keep) and then removed by dynamic filtering (its mean score 0 is outside (0, 1)) and replaced:
+    8 groups of 4 = 2 steps of 16 samples."""
     data = write_prompts(tmp_path / "prompts.jsonl", 9, never=1)
     flags = flags_for(tiny_llama_path, tmp_path, data, reward_server.url, [
         "--algo.advantage.estimator", "gae", "--critic.num_gpus_per_node", "1",
         "--algo.dynamic_filtering_enable", "--adora.enable", "--ada.enable", "--ada.baseline", "group",
-        "--ada.round_size", "4", "--ada.max_rounds", "2",
+        "--ada.round_size", "4", "--ada.max_rounds", "2", *DYNAMIC_BATCH, *ZERO2,
     ])
     run = launch("openrlhf_ada.cli.train_ppo_ray", flags, tmp_path / "run.log")
     assert_ok(run)
+    check_packed(run)
+    check_dynamic_batches(run, 16)
+    check_zero2(run)
     rows = step_rows(tmp_path)
     assert sorted(rows) == [1, 2] and [rows[s]["rollout/num_samples"] for s in (1, 2)] == [16, 16]
     # the server scored every generated training sample (8 mixed prompts x 4, the never-solved one 2 rounds x 4)
@@ -265,16 +328,20 @@ def async_eval_logged(tmp_path: Path) -> dict:
 def test_est_async_partial_rollout_with_http_rewards_penalty_is_correction_and_eval(tmp_path, tiny_llama_path,
                                                                                    reward_server):
     """Reinforce-Ada-Est in the async trainer with partial rollout (engines paused, not drained, for each weight
-    sync), the HTTP reward server, the overlong penalty, IS correction and evaluation. 12 prompts, all unseen: each
-    gets alpha / (alpha + beta) = 1/2 as its pass-rate estimate, so 4 samples (n = 4 on average), 2 + 2 from the
-    server: 3 steps of 16. The generator evaluates when it is handed step 1's token (after its third batch)."""
+    sync), the HTTP reward server, the overlong penalty, IS correction, evaluation and dynamic batching (so
+    packing). 12 prompts, all unseen: each gets alpha / (alpha + beta) = 1/2 as its pass-rate estimate, so 4 samples
+    (n = 4 on average), 2 + 2 from the server: 3 steps of 16. The generator evaluates when it is handed step 1's
+    token (after its third batch)."""
     data = write_prompts(tmp_path / "prompts.jsonl", 12)
     flags = flags_for(tiny_llama_path, tmp_path, data, reward_server.url, [
         "--algo.advantage.estimator", "dr_grpo", "--ada.enable", "--ada.strategy", "est",
         "--train.async_enable", "--train.partial_rollout_enable", "--logger.tensorboard_dir", str(tmp_path / "tb"),
+        *DYNAMIC_BATCH,
     ])
     run = launch("openrlhf_ada.cli.train_ppo_ray", flags, tmp_path / "run.log")
     assert_ok(run)
+    check_packed(run)
+    check_dynamic_batches(run, 16)
     rows = step_rows(tmp_path)
     assert sorted(rows) == [1, 2, 3] and all(rows[s]["rollout/num_samples"] == 16 for s in rows)
     assert reward_server.calls("mixed") == sum(rows[s]["ada_samples_generated"] for s in rows) == 12 * 4
@@ -290,17 +357,21 @@ def test_adora_seq_cancel_async_partial_rollout_with_an_agent_critic_penalty_is_
         tmp_path, tiny_llama_path):
     """ADORA + Reinforce-Ada Seq with --ada.cancel (rounds of 8: a prompt's rest is cancelled once 2 + 2 are back) in
     the async trainer with partial rollout, a two-turn agent, a critic (gae, group baseline), the stop-properly
-    penalty, IS correction, evaluation and dynamic filtering. 12 prompts solved half the time and one never solved
-    (unresolved after 2 rounds, kept, filtered, replaced): 3 steps of 4 groups."""
+    penalty, IS correction, evaluation, dynamic filtering, dynamic batching (so packing) and ZeRO-2. 12 prompts
+    solved half the time and one never solved (unresolved after 2 rounds, kept, filtered, replaced): 3 steps of 4
+    groups."""
     data = write_prompts(tmp_path / "prompts.jsonl", 13, never=1)
     flags = common_flags(tiny_llama_path, data, tmp_path, n=N, batch=BATCH) + agent_flags(tmp_path) + [
         "--algo.advantage.estimator", "gae", "--critic.num_gpus_per_node", "1", "--algo.dynamic_filtering_enable",
         "--adora.enable", "--ada.enable", "--ada.baseline", "group", "--ada.round_size", "8", "--ada.max_rounds", "2",
         "--ada.cancel", "--train.async_enable", "--train.partial_rollout_enable",
-        "--logger.tensorboard_dir", str(tmp_path / "tb"),
+        "--logger.tensorboard_dir", str(tmp_path / "tb"), *DYNAMIC_BATCH, *ZERO2,
     ]
     run = launch("openrlhf_ada.cli.train_ppo_ray", flags, tmp_path / "run.log")
     assert_ok(run)
+    check_packed(run)
+    check_dynamic_batches(run, 16)
+    check_zero2(run)
     rows = step_rows(tmp_path)
     assert sorted(rows) == [1, 2, 3] and all(rows[s]["rollout/num_samples"] == 16 for s in rows)
     assert sum(rows[s]["ada_dynamic_filtered"] for s in rows) == 1
@@ -316,15 +387,20 @@ def test_features_off_async_partial_rollout_with_http_rewards_critic_penalty_is_
         tmp_path, tiny_llama_path, reward_server):
     """The project's launcher without --adora/--ada (one round of n per prompt through the project's generator) in
     the async trainer with partial rollout, a critic (gae), the HTTP reward server, the overlong penalty, IS
-    correction, evaluation and dynamic filtering. 12 prompts solved half the time (their 4 samples 2 + 2) and one
-    never solved (filtered, replaced): 3 steps of 16."""
+    correction, evaluation, dynamic filtering and dynamic batching (so packing), with 2 policy ranks (ZeRO-3) and 2
+    engines: the ranks agree on each step's micro-batch count, each training its 8 samples in micro-batches cut by
+    tokens. 12 prompts solved half the time (their 4 samples 2 + 2) and one never solved (filtered, replaced): 3
+    steps of 16."""
     data = write_prompts(tmp_path / "prompts.jsonl", 13, never=1)
     flags = flags_for(tiny_llama_path, tmp_path, data, reward_server.url, [
         "--algo.advantage.estimator", "gae", "--critic.num_gpus_per_node", "1", "--algo.dynamic_filtering_enable",
         "--train.async_enable", "--train.partial_rollout_enable", "--logger.tensorboard_dir", str(tmp_path / "tb"),
+        *DYNAMIC_BATCH, "--actor.num_gpus_per_node", "2", "--vllm.num_engines", "2",
     ])
     run = launch("openrlhf_ada.cli.train_ppo_ray", flags, tmp_path / "run.log")
     assert_ok(run)
+    check_packed(run)
+    check_dynamic_batches(run, 8)  # each of the 2 ranks: 8 samples a step
     rows = step_rows(tmp_path)
     assert sorted(rows) == [1, 2, 3] and all(rows[s]["rollout/num_samples"] == 16 for s in rows)
     assert reward_server.calls("mixed") + reward_server.calls("never") == 13 * 4
@@ -339,13 +415,15 @@ def test_features_off_async_partial_rollout_with_http_rewards_critic_penalty_is_
 
 def test_features_off_with_an_agent_and_one_sample_per_prompt(tmp_path, tiny_llama_path):
     """The project's launcher without --adora/--ada, `reinforce` with one sample per prompt (no group: upstream's
-    generation path), a two-turn agent, the stop-properly penalty, IS correction and evaluation, in the sync
-    trainer. 8 prompts, 4 a step: 2 steps of 4 samples, every one of them two turns long."""
+    generation path), a two-turn agent, the stop-properly penalty, IS correction, evaluation, packing and ZeRO-2, in
+    the sync trainer. 8 prompts, 4 a step: 2 steps of 4 samples, every one of them two turns long."""
     data = write_prompts(tmp_path / "prompts.jsonl", 8)
     flags = common_flags(tiny_llama_path, data, tmp_path, n=1, batch=BATCH) + agent_flags(tmp_path) + [
-        "--algo.advantage.estimator", "reinforce"]
+        "--algo.advantage.estimator", "reinforce", *PACKING, *ZERO2]
     run = launch("openrlhf_ada.cli.train_ppo_ray", flags, tmp_path / "run.log")
     assert_ok(run)
+    check_packed(run)
+    check_zero2(run)
     rows = step_rows(tmp_path)
     assert sorted(rows) == [1, 2] and [rows[s]["rollout/num_samples"] for s in (1, 2)] == [BATCH, BATCH]
     for row in rows.values():
@@ -356,16 +434,19 @@ def test_features_off_with_an_agent_and_one_sample_per_prompt(tmp_path, tiny_lla
 
 
 def test_est_with_an_agent_and_dynamic_filtering(tmp_path, tiny_llama_path):
-    """Reinforce-Ada-Est (dr_grpo) with a two-turn agent, dynamic filtering, the stop-properly penalty, IS correction
-    and evaluation, in the sync trainer. 8 prompts solved half the time and one never solved, all unseen: each gets
-    the prior's pass rate and so 4 samples (n = 4 on average), 2 + 2 from the agent; the never-solved group (mean
-    score 0, outside (0, 1)) is filtered and replaced by the next prompt with its count: 2 steps of 4 groups of 4."""
+    """Reinforce-Ada-Est (dr_grpo) with a two-turn agent, dynamic filtering, the stop-properly penalty, IS correction,
+    evaluation, packing and ZeRO-2, in the sync trainer. 8 prompts solved half the time and one never solved, all
+    unseen: each gets the prior's pass rate and so 4 samples (n = 4 on average), 2 + 2 from the agent; the
+    never-solved group (mean score 0, outside (0, 1)) is filtered and replaced by the next prompt with its count: 2
+    steps of 4 groups of 4."""
     data = write_prompts(tmp_path / "prompts.jsonl", 9, never=1)
     flags = common_flags(tiny_llama_path, data, tmp_path, n=N, batch=BATCH) + agent_flags(tmp_path) + [
         "--algo.advantage.estimator", "dr_grpo", "--ada.enable", "--ada.strategy", "est",
-        "--algo.dynamic_filtering_enable"]
+        "--algo.dynamic_filtering_enable", *PACKING, *ZERO2]
     run = launch("openrlhf_ada.cli.train_ppo_ray", flags, tmp_path / "run.log")
     assert_ok(run)
+    check_packed(run)
+    check_zero2(run)
     rows = step_rows(tmp_path)
     assert sorted(rows) == [1, 2] and [rows[s]["rollout/num_samples"] for s in (1, 2)] == [16, 16]
     assert sum(rows[s]["ada_dynamic_filtered"] for s in rows) == 1  # the never-solved prompt, replaced

@@ -29,6 +29,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY_REWARD = "openrlhf_ada/rewards/toy.py"
+#: The CPU mode's log line when a run packs its samples (--ds.packing_samples, as every shipped text script does).
+PACKED = "packing stays on"
 SYNC_KL_LIMIT = 1e-3  # bf16 rounding gives |vllm_kl| ~2e-4 after a real sync; a broken one gives NaN or >> 0.01
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -381,7 +383,8 @@ def test_shipped_script_through_ray_job_submit_on_two_nodes(tmp_path, two_node_c
 
     env_vars = {**prepare("tiny", str(tmp_path / "demo"), prompts=16, seed=0), "NUM_NODES": "2", "NUM_GPUS": "1",
                 "SAVE_PATH": str(tmp_path / "run")}
-    submit_script(two_node_cluster, "train_adora_reinforce_ada.sh", env_vars, TINY_ARGS, tmp_path / "job.log")
+    log = submit_script(two_node_cluster, "train_adora_reinforce_ada.sh", env_vars, TINY_ARGS, tmp_path / "job.log")
+    assert PACKED in log  # the script's --ds.packing_samples: the CPU mode keeps it on
     rows = jsonl_rows(tmp_path / "run" / "ckpt" / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2] and all(r["rollout/num_samples"] == 32 for r in rows)
     assert (tmp_path / "run" / "model.safetensors").exists()
@@ -390,8 +393,9 @@ def test_shipped_script_through_ray_job_submit_on_two_nodes(tmp_path, two_node_c
 def test_shipped_est_script_through_ray_job_submit_resumes_its_estimator(tmp_path, tiny_llama_path, scripted_reward,
                                                                          two_node_cluster):
     """examples/scripts/train_reinforce_ada_est.sh (--ada.strategy est), unchanged, through `ray job submit` on the
-    two-node Ray: 2 actor ranks colocated with 2 engines, ZeRO-3. 8 prompts, 2 of them never solved, one step per
-    episode (batch 8, n = 4: 32 samples a step).
+    two-node Ray: 2 actor ranks colocated with 2 engines, ZeRO-3, samples packed (the script's
+    --ds.packing_samples), IS correction on (vllm_kl: the engines match the trained policy after each sync). 8
+    prompts, 2 of them never solved, one step per episode (batch 8, n = 4: 32 samples a step).
     Episode 1 (step 1): every prompt unseen, p_hat 1/2 -> 4 samples each. Recorded: each mixed prompt 2 of 4
     correct, each never prompt 0 of 4. The job ends; the same script submitted again with --ckpt.load_enable and a
     second episode allocates step 2 from the saved estimator: mixed p_hat (2 + 1) / (4 + 2) = 1/2, w = 1/sqrt(1/2)
@@ -406,21 +410,25 @@ def test_shipped_est_script_through_ray_job_submit_resumes_its_estimator(tmp_pat
     env_vars = {"MODEL": tiny_llama_path, "DATA": write_prompts(tmp_path / "prompts.jsonl", 8, never=2),
                 "REWARD_FILE": scripted_reward, "INPUT_KEY": "input", "LABEL_KEY": "label", "NUM_NODES": "2",
                 "NUM_GPUS": "1", "SAVE_PATH": str(tmp_path / "run")}
-    extra = TINY_ARGS + ["--ckpt.save_steps", "1"]
-    submit_script(two_node_cluster, "train_reinforce_ada_est.sh", env_vars, extra, tmp_path / "first.log")
+    # IS correction logs vllm_kl: the engines' log-probs against the trained (packed) policy's after each sync
+    extra = TINY_ARGS + ["--ckpt.save_steps", "1", "--algo.advantage.is_correction_level", "token"]
+    assert PACKED in submit_script(two_node_cluster, "train_reinforce_ada_est.sh", env_vars, extra,
+                                   tmp_path / "first.log")  # the script's --ds.packing_samples, kept on
     metrics = tmp_path / "run" / "ckpt" / "metrics.jsonl"
     rows = jsonl_rows(metrics)
     assert [r["step"] for r in rows] == [1] and rows[0]["rollout/num_samples"] == 32
     assert (rows[0]["ada_alloc_min"], rows[0]["ada_alloc_max"]) == (4, 4)
     assert rows[0]["ada_est_p_hat_mean"] == pytest.approx(0.5)
 
-    submit_script(two_node_cluster, "train_reinforce_ada_est.sh", env_vars,
-                  extra + ["--train.num_episodes", "2", "--ckpt.load_enable", "--adora.enable"],
-                  tmp_path / "second.log")
+    log = submit_script(two_node_cluster, "train_reinforce_ada_est.sh", env_vars,
+                        extra + ["--train.num_episodes", "2", "--ckpt.load_enable", "--adora.enable"],
+                        tmp_path / "second.log")
+    assert PACKED in log  # step 2's groups of 3 to 6 samples trained packed
     rows = jsonl_rows(metrics)
     assert [r["step"] for r in rows] == [1, 2]
     step2 = rows[1]
     assert step2["rollout/num_samples"] == 32 and step2["ada_samples_generated"] == 32
+    assert sync_is_real({r["step"]: r["vllm_kl"] for r in rows}), [r["vllm_kl"] for r in rows]
     assert (step2["ada_alloc_min"], step2["ada_alloc_median"], step2["ada_alloc_max"]) == (3, 3, 6)
     assert step2["ada_est_p_hat_mean"] == pytest.approx((6 * 0.5 + 2 / 6) / 8)
     assert step2["ada_alloc_cov_n_r"] < 0  # the never-solved prompts (reward 0) got the most samples
