@@ -96,7 +96,7 @@ def test_the_generator_takes_upstreams_path_when_a_reward_model_scores():
     assert generator(RM_BASE + ["--adora.enable"]).pool_config is None
     reward_function = ["--reward.remote_url", "http://localhost:5000/get_reward"]
     i = RM_BASE.index("--reward.model_name_or_path")
-    assert generator(RM_BASE[:i] + RM_BASE[i + 2:] + reward_function).rounds is not None
+    assert generator(RM_BASE[:i] + RM_BASE[i + 2:] + reward_function).pool_config is not None
 
 
 def test_reward_none_samples_pass_through_the_generator_as_upstream_returns_them(monkeypatch):
