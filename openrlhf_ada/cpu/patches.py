@@ -665,9 +665,9 @@ CPU_ATTENTION = ("eager", "sdpa")
 #: (flash_attn.bert_padding, python-only) and calls the model with attention_mask=None and each sample's own
 #: position_ids (models/actor.py L236-240, models/ring_attn_utils.py L129-140), and transformers builds the
 #: block-diagonal causal mask from such position_ids for eager and sdpa (masking_utils.find_packed_sequence_indices).
-#: eager rather than sdpa: with eager a packed sample's log-probs equal the same sample computed alone, bit for bit in
-#: bfloat16 (tests/test_packing.py), so packing changes nothing of what trains; sdpa's CPU kernel differs from eager by
-#: bfloat16 rounding (about 2e-3 in a log-prob) once packed. eager's mask is the whole packed row squared, small at the
+#: eager rather than sdpa: with eager a packed batch's log-probs equal the padded batch's bit for bit in bfloat16, and
+#: each sample's alone (tests/test_packing.py), so packing changes nothing of what trains; sdpa's CPU kernel differs
+#: from eager by bfloat16 rounding (about 2e-3 in a log-prob) once packed. eager's mask is the whole packed row squared, small at the
 #: lengths a CPU trains.
 PACKED_ATTENTION = "eager"
 PACKING_ON_CPU = ("transformers masks each packed sample off from the others from its position_ids under eager, "
