@@ -113,7 +113,9 @@ SEQ = ["--ada.enable", "--ada.round_size", "4", "--ada.max_rounds", "3"]
 EST = ["--ada.enable", "--ada.strategy", "est"]
 ADORA = ["--adora.enable"]
 
-#: case -> (flags, the sha256 of the four steps' trained micro-batches, taken before the restructuring)
+#: case -> (flags, the sha256 of the four steps' trained micro-batches, taken before the restructuring; the
+#: schedule and cancel rows of Seq balance and pos that complete each mode's sync/async x cancel on/off table were taken
+#: later, before the pools kept light per-sample records in place of built experiences)
 CASES = {
     "grpo": (["--algo.advantage.estimator", "group_norm"], "7247277ebbb18d18"),
     "grpo_adora": (["--algo.advantage.estimator", "group_norm", *ADORA], "02fd75b0b0041806"),
@@ -123,9 +125,17 @@ CASES = {
                           "--algo.advantage.estimator", "group_norm"], "c9530c69555d4f66"),
     "seq_balance_random_drop": ([*SEQ, "--ada.mode", "balance", "--ada.selection", "random", "--ada.unresolved",
                                  "drop", "--algo.advantage.estimator", "dr_grpo"], "d9037e1ecf88de53"),
+    "seq_balance_cancel": ([*SEQ, "--ada.mode", "balance", "--ada.cancel", "--algo.advantage.estimator", "group_norm"],
+                           "8694baf4e4ddf6d4"),
+    "seq_balance_sync_cancel": ([*SEQ, "--ada.mode", "balance", "--ada.schedule", "sync", "--ada.cancel",
+                                 "--algo.advantage.estimator", "group_norm"], "8694baf4e4ddf6d4"),
     "seq_pos": ([*SEQ, "--ada.mode", "pos", "--algo.advantage.estimator", "dr_grpo"], "566cc20385f09245"),
+    "seq_pos_sync": ([*SEQ, "--ada.mode", "pos", "--ada.schedule", "sync", "--algo.advantage.estimator", "dr_grpo"],
+                     "566cc20385f09245"),
     "seq_pos_adora": ([*SEQ, "--ada.mode", "pos", "--algo.advantage.estimator", "dr_grpo", *ADORA], "363f63eef3705bdf"),
     "seq_pos_cancel": ([*SEQ, "--ada.mode", "pos", "--ada.cancel", "--algo.advantage.estimator", "dr_grpo"], "0769e4255f1fef95"),
+    "seq_pos_sync_cancel": ([*SEQ, "--ada.mode", "pos", "--ada.schedule", "sync", "--ada.cancel",
+                             "--algo.advantage.estimator", "dr_grpo"], "0769e4255f1fef95"),
     "seq_pos_history": ([*SEQ, "--ada.mode", "pos", "--ada.history", "--algo.advantage.estimator", "rloo"], "5da78fd42681c0f4"),
     "est_paper": ([*EST, "--ada.est_preset", "paper", "--algo.advantage.estimator", "dr_grpo"], "9e3541c193722ba7"),
     "est_paper_adora": ([*EST, "--ada.est_preset", "paper", "--algo.advantage.estimator", "dr_grpo", *ADORA], "29207b12990b7ecc"),
