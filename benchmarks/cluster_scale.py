@@ -29,15 +29,22 @@ in rotating order, `--repeats` times per shape; the median and the range are rep
 
     python benchmarks/cluster_scale.py                                  # the documented run (docs/benchmarks.md)
     python benchmarks/cluster_scale.py --shapes 8x4 --max-new-tokens 64 --repeats 1 --no-write   # seconds
+    python benchmarks/cluster_scale.py --shapes 512x4 --settings "Reinforce-Ada sync" --repeats 1 --no-warmup \
+        --no-write --profile /tmp/prof          # where one step's CPU goes: a cProfile file per step, its top lines
+
+With --profile every measured step runs under cProfile (its times are the profiler's, slower than the table's): the
+files are for shares and call counts, not for the table.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import gc
 import json
 import os
 import pickle
+import pstats
 import statistics
 import sys
 import time
@@ -316,7 +323,8 @@ def trainer_step(gen, maker, dp: int, max_new_tokens: int) -> dict:
     return out
 
 
-def measure(name, gen, maker, engines, counter: Counter, dp: int, max_new_tokens: int) -> dict:
+def measure(name, gen, maker, engines, counter: Counter, dp: int, max_new_tokens: int, profile: str = None) -> dict:
+    """One step of a setting, measured; with `profile` (a file path) under cProfile, its statistics written there."""
     import ray
 
     gc.collect()
@@ -326,12 +334,20 @@ def measure(name, gen, maker, engines, counter: Counter, dp: int, max_new_tokens
     counter.sizing_cpu = counter.sizing_wall = 0.0
     rss0 = rss_kb()
     peak_ok = reset_peak()
+    profiler = cProfile.Profile(time.process_time) if profile else None
     wall, cpu = time.perf_counter(), time.process_time()
+    if profiler is not None:
+        profiler.enable()
     step = trainer_step(gen, maker, dp, max_new_tokens)
+    if profiler is not None:
+        profiler.disable()
     wall = time.perf_counter() - wall - counter.sizing_wall
     cpu = time.process_time() - cpu - counter.sizing_cpu
     peak = rss_kb("VmHWM") - rss0 if peak_ok else None
     gc.collect()
+    if profiler is not None:
+        profiler.dump_stats(profile)
+        print_profile(profile, cpu)
     calls = dict(counter.calls)
     engine_stats = [ray.get(e.actor.take_stats.remote()) for e in engines]
     return {
@@ -349,8 +365,18 @@ def measure(name, gen, maker, engines, counter: Counter, dp: int, max_new_tokens
     }
 
 
+def print_profile(path: str, cpu: float, top: int = 25) -> None:
+    """The profile's functions by CPU time including callees: seconds, share of the step's CPU, calls."""
+    stats = pstats.Stats(path)
+    rows = sorted(stats.stats.items(), key=lambda kv: kv[1][3], reverse=True)[:top]
+    print(f"profile {path}: step CPU {cpu:.2f} s (profiler on); load {open('/proc/loadavg').read().split()[:3]}")
+    for (file, line, func), (_, calls, tottime, cumtime, _) in rows:
+        print(f"  {cumtime:8.2f} s {100 * cumtime / cpu:5.1f}% self {tottime:7.2f} s calls {calls:9d}  "
+              f"{func} ({os.path.basename(file)}:{line})")
+
+
 def run(shapes, *, max_new_tokens: int, repeats: int, engines_n: int, dp: int, seed: int, tokenizer_path: str,
-        settings=None, warmup: bool = True) -> dict:
+        settings=None, warmup: bool = True, profile: str = None) -> dict:
     import ray
     from transformers import AutoTokenizer
 
@@ -380,7 +406,12 @@ def run(shapes, *, max_new_tokens: int, repeats: int, engines_n: int, dp: int, s
                 order = names[rep % len(names):] + names[:rep % len(names)]
                 for name in order:
                     gen, maker = built[name]
-                    row = measure(name, gen, maker, engines, counter, dp, max_new_tokens)
+                    prof = None
+                    if profile:
+                        os.makedirs(profile, exist_ok=True)
+                        prof = os.path.join(profile, f"{prompts}x{n}_{name.replace(' ', '_').replace('/', '')}_{rep}"
+                                                     ".prof")
+                    row = measure(name, gen, maker, engines, counter, dp, max_new_tokens, prof)
                     row.update(prompts=prompts, n=n, repeat=rep, max_new_tokens=max_new_tokens)
                     rows.append(row)
                     print(f"{prompts}x{n} rep {rep} {name}: {row['generated']} generated, cpu {row['cpu']:.2f}s "
@@ -577,7 +608,7 @@ def default_tokenizer() -> str:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shapes", nargs="+", default=["128x4", "128x32", "512x4"],
+    parser.add_argument("--shapes", nargs="+", default=["128x4", "128x32", "512x4", "1024x4", "512x32"],
                         help="prompts x n per step, e.g. 512x32")
     parser.add_argument("--max-new-tokens", type=int, default=4096)
     parser.add_argument("--repeats", type=int, default=3)
@@ -587,6 +618,9 @@ def main(argv=None):
     parser.add_argument("--tokenizer", default=None, help="default: the SmolLM2 checkpoint of `make demo`")
     parser.add_argument("--settings", nargs="+", default=None, choices=list(SETTINGS))
     parser.add_argument("--no-warmup", action="store_true", help="skip the unmeasured first step of each setting")
+    parser.add_argument("--profile", default=None,
+                        help="a folder: run each measured step under cProfile, write a .prof file per step and print "
+                             "its top functions (profiled times are slower: not for the table)")
     parser.add_argument("--json", default=None, help="also write the raw rows here")
     parser.add_argument("--no-write", action="store_true", help="do not touch docs/benchmarks.md")
     parser.add_argument("--note", default="", help="a paragraph added to the section (e.g. what the run predates)")
@@ -604,7 +638,7 @@ def main(argv=None):
     shapes = [tuple(int(x) for x in s.split("x")) for s in a.shapes]
     result = run(shapes, max_new_tokens=a.max_new_tokens, repeats=a.repeats, engines_n=a.engines, dp=a.dp,
                  seed=a.seed, tokenizer_path=a.tokenizer or default_tokenizer(), settings=a.settings,
-                 warmup=not a.no_warmup)
+                 warmup=not a.no_warmup, profile=a.profile)
     summary = summarize(result)
     command = ("python benchmarks/cluster_scale.py " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
     if a.json:
