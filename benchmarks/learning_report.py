@@ -589,6 +589,13 @@ def report_seq_vs_grpo(a, base: Optional[dict], train: str, heldout: str) -> str
         lines.append(f"   Base model on the held-out problems, measured once: greedy accuracy "
                      f"{held['eval/accuracy']:.3f}, avg@{k} {_num(held.get('eval/avg_at_k'))} (SE "
                      f"{_num(held.get('eval/avg_at_k_se'))}).")
+    starts = [r["evaluations"][0].get("avg_at_k") for r in runs
+              if r["evaluations"] and r["evaluations"][0]["step"] == 0]
+    starts = [v for v in starts if v is not None]
+    if starts:
+        same = "all equal: the evaluation's draws are shared" if max(starts) == min(starts) else "not all equal"
+        lines.append(f"   Every run evaluates the base model again before training (train_local's step 0): avg@{k} "
+                     f"{min(starts):.4f} to {max(starts):.4f} over {len(starts)} runs ({same}).")
     first, repeat = rules.aa_pair
     by = {(r["setting"], r["seed"]): r for r in runs}
     aa_runs = [by.get((name, rules.aa_seed)) for name in rules.aa_pair]

@@ -208,6 +208,7 @@ def test_report_by_hand(lc, lr, tmp_path):
         in body
     assert "2. A/A control: step 1 of the A/A pair: generated_tokens 100.0 and 100.0, reward_mean 0.2 and 0.2: equal" \
         in body and "a difference of +0.0100" in body
+    assert "avg@4 0.0500 to 0.0500 over 7 runs (all equal: the evaluation's draws are shared)" in body
     assert "3. Seeds: 3 planned (1, 2, 3); 3 finished pairs." in body
     assert "5. Machine time: the A/A runs took 2.0 min on average against the plan's 19" in body
     assert "6. Mechanism: Seq engaged in 3 of 3 finished" in body
@@ -272,3 +273,4 @@ def test_runner_stops_after_a_failed_aa_pair_and_a_slow_one(lc, tmp_path, capsys
     held = lc.gate(nine, lc.measure_base(nine, None, train, heldout), "ada", 1)
     # spent 46 + 2 = 48 min: 7 seeds fit (test_time_rule_by_hand)
     assert held.startswith("rule 5:") and "cut the seeds to 7" in held
+
