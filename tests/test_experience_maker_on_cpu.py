@@ -193,7 +193,7 @@ def test_pool_statistics_include_length_penalties(estimator, expected):
     pool statistics the samples generator keeps must be too. Expected values by hand: penalised rewards
     1, 1, -0.5, -0.5 (mean 0.25, unbiased std 0.866)."""
     from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool
-    from openrlhf_ada.trainer.ppo_utils.round_loop import penalised_rewards
+    from openrlhf_ada.trainer.ppo_utils.sample_record import penalised_rewards
 
     args = make_args(estimator, *ADA, "--reward.stop_properly_penalty_coef", "-0.5")
     rewards, truncated = [1.0, 1.0, 0.0, 0.0], [False, False, True, True]
@@ -206,7 +206,8 @@ def test_pool_statistics_include_length_penalties(estimator, expected):
 
     pool = PromptPool(AdaConfig(n=N, round_size=N, max_rounds=1, baseline="pool"))
     generated = samples()
-    pool.add_round(scores=rewards, rewards=penalised_rewards(generated, args), items=generated)
+    pool.add_round(scores=rewards, rewards=penalised_rewards(rewards, [T] * len(rewards), truncated, args),
+                   items=generated)
     assert [e.rewards.item() for e in generated] == rewards  # the samples themselves keep their raw rewards
     kept = samples()
     for e in kept:

@@ -18,6 +18,7 @@ prompts are lost). algorithms/estimate.py holds the math (estimator, allocation 
 
 from __future__ import annotations
 
+from collections import deque
 from typing import List, Optional
 
 from openrlhf.utils.logging_utils import init_logger
@@ -49,7 +50,7 @@ class EstStep(RoundStep):
         super().__init__(*args, **kwargs)
         self.max_rounds = 1  # one pass
         self.allocated = False  # the step's first prompts got their counts (from the whole budget)
-        self.lost_sizes: List[int] = []  # counts of prompts lost this step, for their replacements
+        self.lost_sizes: deque = deque()  # counts of prompts lost this step, for their replacements (first lost first)
         self.p_hat: dict = {}  # uid -> p_hat the prompt's count was allocated from
         self.seen = self.first = 0  # the step's allocation: its prompts sampled before (history), all of them
 
@@ -66,7 +67,7 @@ class EstStep(RoundStep):
             self.allocated = True
             self.seen, self.first = sum(c[0] > 0 for c in counts), len(drawn)
         else:
-            sizes = [self.lost_sizes.pop(0) if self.lost_sizes else est.budget for _ in drawn]
+            sizes = [self.lost_sizes.popleft() if self.lost_sizes else est.budget for _ in drawn]
         out = []
         for d, size, p in zip(drawn, sizes, p_hat.tolist()):
             config = AdaConfig.one_round(int(size), seed=self.config.seed,

@@ -19,7 +19,9 @@ Every per-prompt decision is the prompt's `PromptPool` (openrlhf_ada/algorithms/
 moves data between the pools and the engines:
 
 - rounds go out through upstream's `_dispatch_prompts_to_vllm` (its least-loaded-engine balancing) with
-  `n_samples_per_prompt` set to the round size, and come back through `_process_response_into_experience`;
+  `n_samples_per_prompt` set to the round size; each sample that comes back enters its pool as a light
+  `SampleRecord` (reward, score, length, truncation: sample_record.py), and only the samples a settled prompt keeps
+  are built into `Experience`s, by upstream's `_process_response_into_experience` (about one in five at n = 4);
 - schedule `async` (default): a prompt's next round is dispatched as soon as its previous round is scored; `sync`:
   every active prompt's round finishes before any next round starts (the authors' scheduling). Both give the same
   per-prompt outcome for the same rewards;
@@ -52,14 +54,11 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Iterator, List, Optional
 
 import ray
 import torch
 from openrlhf.trainer.ppo_utils.experience import Experience
-from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
-from openrlhf.trainer.ppo_utils.length_penalty import logger as length_penalty_logger
 from openrlhf.trainer.ppo_utils.samples_generator import _collect_prompt_batch
 from openrlhf.utils.logging_utils import init_logger
 from tqdm import tqdm
@@ -67,7 +66,8 @@ from tqdm import tqdm
 from openrlhf_ada.algorithms.estimate import allocation_metrics
 from openrlhf_ada.algorithms.history import prompt_key
 from openrlhf_ada.algorithms.reinforce_ada import PromptPool, make_rng, step_metrics
-from openrlhf_ada.trainer.ppo_utils.sample_failures import FailureLog, sample_score, scalar
+from openrlhf_ada.trainer.ppo_utils.sample_failures import FailureLog
+from openrlhf_ada.trainer.ppo_utils.sample_record import SampleRecord, penalised, record_of
 from openrlhf_ada.trainer.ppo_utils.stall_watch import StallWatch
 
 logger = init_logger(__name__)
@@ -115,35 +115,6 @@ class ActivePrompt:
     streams: int = 0  # streams started for this prompt (group ids stay unique when a round is run again)
 
 
-def response_length(e: Experience) -> int:
-    return int(e.response_length.reshape(-1)[0].item())
-
-
-def penalised_rewards(experiences: List[Experience], args) -> List[Optional[float]]:
-    """Each sample's reward after upstream's length penalties (--reward.stop_properly_penalty_coef,
-    --reward.overlong_buffer_len ...), computed by upstream's own `apply_length_penalties` on stand-ins, so the
-    samples themselves keep their raw rewards (the experience maker penalises the kept ones later, as upstream does).
-    The pool statistics use these: with a pool equal to the kept group the pool baseline is then upstream's."""
-    raw = [scalar(e.rewards) for e in experiences]
-    if getattr(args.reward, "overlong_buffer_len", None) is None and \
-            getattr(args.reward, "stop_properly_penalty_coef", None) is None:
-        return raw
-    valid = [i for i, r in enumerate(raw) if r is not None]
-    stand_ins = [SimpleNamespace(rewards=experiences[i].rewards.clone().float(), info={},
-                                 response_length=experiences[i].response_length, truncated=experiences[i].truncated)
-                 for i in valid]
-    level = length_penalty_logger.level
-    length_penalty_logger.setLevel("WARNING")  # it logs a line per call: per round here, per step in the maker
-    try:
-        apply_length_penalties(stand_ins, args)
-    finally:
-        length_penalty_logger.setLevel(level)
-    out = list(raw)
-    for i, stand_in in zip(valid, stand_ins):
-        out[i] = scalar(stand_in.rewards)
-    return out
-
-
 class RoundStep:
     """The state of one training generation step, and its phases as methods (module docstring).
 
@@ -173,7 +144,7 @@ class RoundStep:
         self.held_back: List[int] = []  # prompts lost to failed rewards, not yet replaced
         # judge the failed share once this many samples are back (a reward that always fails stops in round 1)
         self.min_judged = max(16, 2 * gen.args.rollout.n_samples_per_prompt)
-        self.failures = FailureLog()
+        self.failures = FailureLog(build=self.experience)
         self.pending: dict = {}  # ray ref (a round) or stream (--ada.cancel) -> ActivePrompt
         self.to_dispatch: List[ActivePrompt] = []  # next rounds (and replacements) decided in this wait
         self.waiting_round: List[ActivePrompt] = []  # sync schedule: prompts whose next round waits for the barrier
@@ -298,12 +269,12 @@ class RoundStep:
         watch.progress()
         if self.streaming:
             return self.collect_streamed(ref, item, message)
-        experiences = self.experiences_of(message)  # a whole round, in request order
+        records = self.records_of(message)  # a whole round, in request order
         item.pool.add_round(
-            scores=[sample_score(e) for e in experiences],
-            rewards=penalised_rewards(experiences, self.gen.args),
-            items=experiences,
-            lengths=[response_length(e) for e in experiences],
+            scores=[r.score for r in records],
+            rewards=penalised(records, self.gen.args),
+            items=records,
+            lengths=[r.length for r in records],
         )
         return item
 
@@ -326,9 +297,8 @@ class RoundStep:
         """One streamed sample into its prompt's pool. The first sample that resolves the prompt cancels the round's
         outstanding requests at once, unless its stream has already ended (nothing is left to cancel then)."""
         item.outstanding.discard(index)
-        (e,) = self.experiences_of([response])
-        stop = item.pool.add_sample(index, sample_score(e), penalised_rewards([e], self.gen.args)[0], item=e,
-                                    length=response_length(e))
+        (r,) = self.records_of([response])
+        stop = item.pool.add_sample(index, r.score, penalised([r], self.gen.args)[0], item=r, length=r.length)
         if stop and more_to_come and not item.cancel_sent:
             item.engine.cancel_stream.remote(item.group)
             item.cancel_sent = True
@@ -350,13 +320,17 @@ class RoundStep:
         item.pool.end_round()
         return item
 
-    def experiences_of(self, responses) -> List[Experience]:
-        """Experiences of a whole round (or of one streamed sample), counted and judged for failed rewards."""
-        experiences = [self.gen._process_response_into_experience(r, **self.generate_kwargs) for r in responses]
-        self.failures.record(experiences)
+    def records_of(self, responses) -> List[SampleRecord]:
+        """The records of a whole round (or of one streamed sample), counted and judged for failed rewards."""
+        records = [record_of(r, self.generate_kwargs) for r in responses]
+        self.failures.record(records)
         self.failures.check(self.gen.fault.max_failed_share, self.gen.args.reward.remote_url, self.gen.tokenizer,
                             min_samples=self.min_judged)
-        return experiences
+        return records
+
+    def experience(self, response: dict) -> Experience:
+        """A sample's `Experience`, built by upstream's `_process_response_into_experience` (kept samples only)."""
+        return self.gen._process_response_into_experience(response, **self.generate_kwargs)
 
     # -- decide and release -------------------------------------------------------------------------------------
     def decide(self, item: ActivePrompt) -> None:
@@ -393,7 +367,7 @@ class RoundStep:
         self.finished.append(item)
         if self.history is not None:
             self.history.record(item.key, self.epoch, item.pool.num_pos, item.pool.num_neg)
-        kept = [item.pool.items[i] for i in item.pool.select()]
+        kept = [item.pool.items[i] for i in item.pool.select()]  # their records
         if not kept:
             self.lost(item)
         # only the kept samples live on (in `accepted`, then the trained batch); the pool keeps its statistics
@@ -412,13 +386,13 @@ class RoundStep:
             return 1  # dropped
         if self.dynamic_filtering:
             lo, hi = self.gen.args.algo.dynamic_filtering_range
-            mean_score = sum(sample_score(e) for e in kept)
+            mean_score = sum(r.score for r in kept)
             mean_score /= len(kept)
             if not (lo < mean_score < hi):
                 self.filtered += 1
                 self.lost(item)
                 return 1
-        self.accepted[item.uid] = kept
+        self.accepted[item.uid] = [self.experience(r.response) for r in kept]  # the only samples built
         return 0
 
     def lost(self, item: ActivePrompt) -> None:
@@ -469,26 +443,26 @@ class RoundStep:
 
     def build(self, metrics: dict) -> List[Experience]:
         """The carried groups, then n samples per accepted prompt in the order drawn, each with its pool's statistics
-        (for the pool baseline) and the step's metrics in `info`."""
+        (for the pool baseline) and the step's metrics in `info`. A value the samples share is one tensor, shared:
+        nothing changes an `info` tensor in place, and the micro-batches concatenate them into new ones."""
         out: List[Experience] = list(self.carried)
         weighted = self.gen.ada is not None and self.gen.ada.weight_kind != "none"
         self.group_sizes = [self.gen.args.rollout.n_samples_per_prompt] * (
             len(self.carried) // self.gen.args.rollout.n_samples_per_prompt)
+        step_info = {key.replace("/", "_"): torch.tensor([float(value)]) for key, value in metrics.items()}
         for item in sorted(self.finished, key=lambda it: it.uid):
             kept = self.accepted.get(item.uid)
             if not kept:
                 continue
             pool = item.pool
+            pool_info = {"ada_pool_count": torch.tensor([float(pool.count)]), "ada_pool_mean": torch.tensor([pool.mean]),
+                         "ada_pool_std": torch.tensor([pool.std]), "ada_samples": torch.tensor([float(pool.samples)])}
+            if weighted:  # the pass rate --ada.prompt_weight reads
+                pool_info["ada_pool_pass_rate"] = torch.tensor([pool.num_pos / pool.count])
             for index, e in zip(pool.select(), kept):
                 e.info["ada_pool_index"] = torch.tensor([float(index)])
-                e.info["ada_pool_count"] = torch.tensor([float(pool.count)])
-                e.info["ada_pool_mean"] = torch.tensor([pool.mean])
-                e.info["ada_pool_std"] = torch.tensor([pool.std])
-                e.info["ada_samples"] = torch.tensor([float(pool.samples)])
-                if weighted:  # the pass rate --ada.prompt_weight reads
-                    e.info["ada_pool_pass_rate"] = torch.tensor([pool.num_pos / pool.count])
-                for key, value in metrics.items():
-                    e.info[key.replace("/", "_")] = torch.tensor([float(value)])
+                e.info.update(pool_info)
+                e.info.update(step_info)
             out.extend(kept)
             self.group_sizes.append(len(kept))
         logger.info(

@@ -7,11 +7,12 @@ example, so that a broken reward function is found in the first round, not after
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 import torch
 from openrlhf.trainer.ppo_utils.experience import Experience
 
+from openrlhf_ada.trainer.ppo_utils.sample_record import SampleRecord
 from openrlhf_ada.trainer.ray.reward_guard import FAIL_CODES, FAIL_NAMES
 
 
@@ -36,23 +37,24 @@ def reward_failed(e: Experience) -> bool:
 
 
 class FailureLog:
-    """Samples of one step without a usable reward: counted by reason; one kept as an example for the error."""
+    """Samples of one step without a usable reward: counted by reason; one kept as an example for the error, built
+    into its `Experience` by `build` (the response -> upstream's Experience) only when the error is raised."""
 
-    def __init__(self):
+    def __init__(self, build: Callable[[dict], Experience]):
         self.total = self.failed = 0
         self.by_reason: dict = {}
-        self.example: Optional[Experience] = None
+        self.example: Optional[SampleRecord] = None
+        self.build = build
 
-    def record(self, experiences: List[Experience]) -> None:
-        for e in experiences:
+    def record(self, records: List[SampleRecord]) -> None:
+        for r in records:
             self.total += 1
-            if reward_failed(e):
+            if r.failed:
                 self.failed += 1
-                code = int(scalar(e.info.get("reward_fail_code")) or 1) if "reward_fail_code" in e.info else 1
-                reason = FAIL_NAMES.get(code, "raised")
+                reason = FAIL_NAMES.get(r.fail_code, "raised")
                 self.by_reason[reason] = self.by_reason.get(reason, 0) + 1
                 if self.example is None:
-                    self.example = e
+                    self.example = r
 
     def metrics(self) -> dict:
         """The failed share and a count per reason: every reason every step (the same keys in every sample)."""
@@ -68,7 +70,7 @@ class FailureLog:
                       f"got no usable reward from {reward_url} (limit --fault.max_failed_share {limit})", tokenizer)
 
     def stop(self, what: str, tokenizer) -> None:
-        e = self.example
+        e = self.build(self.example.response)
         response = tokenizer.decode(e.sequences[0][e.action_mask[0].nonzero().flatten() + 1], skip_special_tokens=True)
         raise RuntimeError(
             f"{what}; reasons: {self.by_reason}. One failing input: prompt={e.prompts[0]!r}, label={e.labels[0]!r}, "
