@@ -499,10 +499,11 @@ class LocalTrainer:
         rewards = torch.tensor(rewards_of(samples))
         scores = torch.tensor([sample_score(s) for s in samples])
         lengths = torch.tensor([float(s.response_length.reshape(-1)[0]) for s in samples])
-        est = self.generator.rounds is not None and getattr(self.generator.rounds, "strategy", "seq") == "est"
+        pool_config = self.generator.pool_config  # None: upstream's generation path
+        est = pool_config is not None and getattr(pool_config, "strategy", "seq") == "est"
         sizes = self.generator.last_group_sizes if est else [n] * (len(samples) // n)
         signal_groups = group_signal(samples, sizes)
-        gen = self.generator.last_metrics if self.generator.rounds is not None else {}  # n = 1: upstream's path
+        gen = self.generator.last_metrics if pool_config is not None else {}  # n = 1: upstream's path
         generated = gen.get("ada/tokens_generated", lengths.sum().item())
         per_prompt = gen.get("ada/samples_per_prompt_mean", float(n))
         if "ada/eta" in gen:
