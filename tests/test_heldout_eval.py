@@ -326,14 +326,15 @@ def test_token_budget_stops_the_run_and_evaluates_its_last_step(tmp_path, tiny_l
         "--data.max_len", "64", "--local.engine", "hf", "--local.max_steps", "50", "--local.output_dir", str(out),
         "--ckpt.save_steps", "-1", "--eval.dataset", evaluation, "--eval.temperature", "1.0",
         "--eval.n_samples_per_prompt", "2", "--local.max_generated_tokens", str(budget),
-        "--local.eval_tokens", "40"]))
+        "--local.eval_tokens", "40", "--local.eval_at_tokens", "70", "--local.skip_base_eval"]))
     rows = read_metrics(str(out))
     totals = [r["generated_tokens_total"] for r in rows]
-    assert totals[-1] >= budget and totals[-2] < budget and len(rows) >= 4, totals
-    assert totals[1:] == pytest.approx(list(itertools.accumulate(r["generated_tokens"] for r in rows[1:])))
-    # evaluated: before training, the steps whose total first reaches 40 and 80, and the last step
-    crossing = [next(r["step"] for r in rows if r["generated_tokens_total"] >= mark) for mark in (40, 80)]
-    assert [r["step"] for r in rows if "eval/accuracy" in r] == sorted({0, *crossing, rows[-1]["step"]})
+    assert rows[0]["step"] == 1  # --local.skip_base_eval: no row before training
+    assert totals[-1] >= budget and totals[-2] < budget and len(rows) >= 3, totals
+    assert totals == pytest.approx(list(itertools.accumulate(r["generated_tokens"] for r in rows)))
+    # evaluated: the steps whose total first reaches 40, 70 (--local.eval_at_tokens, once) and 80, and the last step
+    crossing = [next(r["step"] for r in rows if r["generated_tokens_total"] >= mark) for mark in (40, 70, 80)]
+    assert [r["step"] for r in rows if "eval/accuracy" in r] == sorted({*crossing, rows[-1]["step"]})
     assert rows[-1]["eval/samples_per_problem"] == 2 and "eval/pass_at_2" in rows[-1]
     assert json.loads((out / "ckpt" / "latest" / "trainer_state.json").read_text())["global_step"] == rows[-1]["step"]
 

@@ -80,6 +80,9 @@ def add_local_args(parser: argparse.ArgumentParser) -> None:
                    help="With --eval.dataset: also evaluate once, after the step whose running total of generated "
                         "tokens first reaches this count (0: off); measures each run at one token budget fixed in "
                         "advance, where --local.eval_tokens evaluates at every multiple")
+    g.add_argument("--local.skip_base_eval", action="store_true",
+                   help="With --eval.dataset: do not evaluate before the first step (the base model); for a "
+                        "comparison that measures the base model once, by itself, rather than in every run")
     g.add_argument("--local.request_seeds", action="store_true",
                    help="vLLM engine: sample every request with its own seed from (--train.seed, step, prompt, k), "
                         "so that the runs of one seed draw the same samples where their sampling is the same, and "

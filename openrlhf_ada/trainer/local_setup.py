@@ -63,6 +63,8 @@ def validate_local(args) -> None:
         raise ValueError("--local.eval_tokens without --eval.dataset: name the held-out prompts to evaluate")
     if not args.local.eval_at_tokens >= 0 or args.local.eval_at_tokens == float("inf"):
         raise ValueError(f"--local.eval_at_tokens={args.local.eval_at_tokens}: must be a finite number >= 0 (0: off)")
+    if args.local.skip_base_eval and args.local.max_steps == 0:
+        raise ValueError("--local.skip_base_eval with --local.max_steps 0: nothing would be evaluated; drop one")
     if args.local.eval_at_tokens and not args.eval.dataset:
         raise ValueError("--local.eval_at_tokens without --eval.dataset: name the held-out prompts to evaluate")
     validate_eval(args)
@@ -151,7 +153,8 @@ def local_config(args) -> LocalConfig:
                        advantage_sign=loc.advantage_sign, gpu_memory_utilization=loc.gpu_memory_utilization,
                        max_model_len=loc.max_model_len, engine_cpus=loc.engine_cpus, overwrite=loc.overwrite,
                        max_generated_tokens=float(loc.max_generated_tokens), eval_tokens=float(loc.eval_tokens),
-                       eval_at_tokens=float(loc.eval_at_tokens), request_seeds=bool(loc.request_seeds))
+                       eval_at_tokens=float(loc.eval_at_tokens), request_seeds=bool(loc.request_seeds),
+                       skip_base_eval=bool(loc.skip_base_eval))
 
 
 def write_run_config(args, output_dir: str, eval_dataset=None) -> str:

@@ -15,8 +15,9 @@ One step, read top to bottom in `LocalTrainer.step`:
 
 Held-out evaluation (`--eval.dataset`, see openrlhf_ada.trainer.heldout): upstream's evaluation generation and metrics
 on the eval prompts (and with `--eval.avg_k` a second, seeded pass of k samples per problem for avg@k), before
-training (a row of its own, step 0, when the run starts fresh), after every `--eval.steps`-th step, after each step
-whose running token total crosses a multiple of `--local.eval_tokens`, and after the last step (`--local.max_steps`,
+training (a row of its own, step 0, when the run starts fresh; not with `--local.skip_base_eval`), after every
+`--eval.steps`-th step, after each step whose running token total crosses a multiple of `--local.eval_tokens`, after
+the step that first reaches `--local.eval_at_tokens`, and after the last step (`--local.max_steps`,
 or the step that reached `--local.max_generated_tokens`); an evaluation's metrics (`eval/*`, `timing/eval`) join the
 row of the step it follows. A run stopped by a signal is not evaluated at its end. Evaluation time is not part of any step's timing.
 
@@ -78,6 +79,7 @@ class LocalConfig:
     eval_tokens: float = 0.0  # > 0: also evaluate after each step whose running token total crosses a multiple of it
     eval_at_tokens: float = 0.0  # > 0: also evaluate once, after the step whose running token total first reaches it
     request_seeds: bool = False  # vLLM engine: a sampling seed per request from (seed, step, prompt, k)
+    skip_base_eval: bool = False  # no evaluation before the first step
 
 
 @dataclass(frozen=True)
@@ -257,7 +259,8 @@ class LocalTrainer:
         last = {}
         failed = True
         try:
-            if self.eval_loader is not None and self.global_step == 0:  # before training: a row of its own
+            if self.eval_loader is not None and self.global_step == 0 and not self.config.skip_base_eval:
+                # before training: a row of its own
                 last = {"generated_tokens_total": 0.0, **self.evaluate()}
                 metrics_log.write(0, last)
                 loggers.log(0, last)
