@@ -274,3 +274,23 @@ def test_runner_stops_after_a_failed_aa_pair_and_a_slow_one(lc, tmp_path, capsys
     # spent 46 + 2 = 48 min: 7 seeds fit (test_time_rule_by_hand)
     assert held.startswith("rule 5:") and "cut the seeds to 7" in held
 
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_runner_measures_the_base_model_and_applies_rule_1_for_real(lc, tmp_path, tiny_llama_path):
+    """The design's first step end to end on a tiny llama (transformers engine): the base model's pool pass rate (8
+    samples a prompt at T = 1) and its held-out evaluation (greedy and avg@k) measured by train_local with the
+    design's flags; a random model's pass rate is far below 0.10, so rule 1 stops the design before any run."""
+    out = tmp_path / "out"
+    code = lc.main(["--design", "seq_vs_grpo", "--model", tiny_llama_path, "--engine", "hf", "--updates", "2",
+                    "--train-size", "8", "--eval-size", "4", "--avg-k", "2", "--max-new-tokens", "3",
+                    "--eval-at-tokens", "40", "--seeds", "1,2", "--out", str(out), "--doc", str(tmp_path / "l.md")])
+    assert code == 2
+    pool = json.loads((out / "base" / "train_sampled" / "done.json").read_text())
+    held = json.loads((out / "base" / "heldout" / "done.json").read_text())
+    assert pool["eval/accuracy"] < 0.10 and "eval/pass_at_8" in pool and pool["seconds"] > 0
+    assert held["eval/avg_at_k"] * 8 == pytest.approx(round(held["eval/avg_at_k"] * 8))  # avg@2 on 4 problems
+    command = (out / "base" / "heldout" / "command.txt").read_text()
+    assert "--local.request_seeds" in command and "--local.eval_at_tokens 40" in command
+    assert not (out / "runs").exists() or not os.listdir(out / "runs")
+    assert "outside [0.1, 0.7]" in (tmp_path / "l.md").read_text()
