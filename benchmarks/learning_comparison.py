@@ -61,7 +61,7 @@ BASE_PASSES = {
 }
 
 
-def common_flags(a, avg: bool = True) -> List[str]:
+def common_flags(a, avg: bool = True, training: bool = True) -> List[str]:
     """Every run's train_local flags besides model, data, output, seed and the setting's own (which set n, and may
     set the prompts per step); without avg@k when `avg` is false. A run stops at --updates updates (and at --budget
     tokens when one is given); it is evaluated every --updates / --eval-points updates and at its end."""
@@ -85,6 +85,8 @@ def common_flags(a, avg: bool = True) -> List[str]:
         flags += ["--local.eval_at_tokens", str(a.eval_at_tokens)]
     if a.request_seeds:
         flags += ["--local.request_seeds"]
+    if a.skip_base_eval and training:  # the base model is measured once, by itself (measure_base)
+        flags += ["--local.skip_base_eval"]
     return flags
 
 
@@ -352,6 +354,16 @@ def report_progress(a, folder, name, seed, index, total, started, seen) -> int:
     return seen
 
 
+def base_argv(a, key: str, model: str, train: str, heldout: str) -> List[str]:
+    """train_local's arguments for one of the base model's passes (`BASE_PASSES`): --local.max_steps 0."""
+    avg, flags, on_pool = BASE_PASSES[key]
+    return ["--actor.model_name_or_path", model, "--data.prompt_dataset", train, "--eval.dataset", heldout,
+            "--local.output_dir", os.path.join(a.out, "base", key), "--train.seed", "1",
+            *common_flags(a, avg=avg, training=False), *designs.N4, "--local.max_steps", "0", "--local.eval_tokens",
+            "0", "--local.max_generated_tokens", "0", *flags, *(["--eval.dataset", train] if on_pool else []),
+            "--local.overwrite"]
+
+
 def measure_base(a, model: Optional[str], train: str, heldout: str) -> dict:
     """The base model's passes of the design (`BASE_PASSES`: on the held-out problems at the training's sampling,
     greedily, with a run's own evaluation, or on the training pool at 8 samples a prompt: its pass rate, is there
@@ -367,12 +379,8 @@ def measure_base(a, model: Optional[str], train: str, heldout: str) -> dict:
             continue
         if model is None:
             continue
-        avg, flags, on_pool = BASE_PASSES[key]
         os.makedirs(folder, exist_ok=True)
-        argv = ["--actor.model_name_or_path", model, "--data.prompt_dataset", train, "--eval.dataset", heldout,
-                "--local.output_dir", folder, "--train.seed", "1", *common_flags(a, avg=avg), *designs.N4,
-                "--local.max_steps", "0", "--local.eval_tokens", "0", "--local.max_generated_tokens", "0", *flags,
-                *(["--eval.dataset", train] if on_pool else []), "--local.overwrite"]
+        argv = base_argv(a, key, model, train, heldout)
         with open(os.path.join(folder, "command.txt"), "w", encoding="utf-8") as f:
             f.write(shlex.join(["python", "-m", "openrlhf_ada.cli.train_local", *argv]) + "\n")
         print(f"[learning] base model, {key} ...", flush=True)
@@ -503,7 +511,7 @@ def parse(argv=None):
     for key in OVERRIDES:
         if getattr(a, key) is None:
             setattr(a, key, getattr(design, key))
-    a.request_seeds = design.request_seeds
+    a.request_seeds, a.skip_base_eval = design.request_seeds, design.skip_base_eval
     if a.settings is not None and design.kind != "v2":
         p.error(f"--settings: the {design.name} design's settings and order are fixed by its plan")
     if design.kind != "v2" and a.no_base:
@@ -540,7 +548,8 @@ def check_config(a) -> None:
     config["task"] = a.design.task(a.max_digits)
     config["settings"] = {s.name: list(s.flags) for s in a.design.settings}
     if a.design.kind != "v2":  # the keys the last design's config.json was written without
-        config.update(design=a.design.name, eval_at_tokens=a.eval_at_tokens, request_seeds=a.request_seeds)
+        config.update(design=a.design.name, eval_at_tokens=a.eval_at_tokens, request_seeds=a.request_seeds,
+                      skip_base_eval=a.skip_base_eval)
     path = os.path.join(a.out, "config.json")
     if os.path.isfile(path):
         with open(path) as f:

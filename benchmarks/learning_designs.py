@@ -100,6 +100,7 @@ class Design:
     eval_points: int = 2  # evaluations every updates / eval_points updates (and at the end)
     eval_at_tokens: int = 0  # train_local's --local.eval_at_tokens
     request_seeds: bool = False  # train_local's --local.request_seeds
+    skip_base_eval: bool = False  # train_local's --local.skip_base_eval: the base model measured once, not per run
     train_size: int = 32
     eval_size: int = 50
     max_digits: int = 2
@@ -154,6 +155,7 @@ SEQ_VS_GRPO = Design(
     reference="grpo", seeds=tuple(range(1, 10)),
     out=os.path.join("benchmarks", "results", "learning_v3"), section="learning_comparison_v3",
     image_prefix="learning_v3", updates=24, eval_points=1, eval_at_tokens=12000, request_seeds=True,
+    skip_base_eval=True,
     train_size=32, eval_size=200, max_digits=1, base_passes=("train_sampled", "heldout"), hours=7.0,
     rules=SeqVsGrpoRules(),
 )

@@ -423,7 +423,8 @@ def test_learning_settings_are_the_six_of_the_design(lc, ld):
                        ("--local.max_generated_tokens", "0"), ("--local.engine", "vllm")):
         assert flags[flags.index(key) + 1] == value, key
     assert "--local.eval_tokens" not in flags  # no token budget: evaluations by updates only
-    assert "--local.eval_at_tokens" not in flags and "--local.request_seeds" not in flags  # v2 had neither
+    for flag in ("--local.eval_at_tokens", "--local.request_seeds", "--local.skip_base_eval"):  # v2 had none
+        assert flag not in flags, flag
     budget = lc.common_flags(lc.parse(["--design", "v2", "--budget", "900", "--eval-points", "3"]))
     assert budget[budget.index("--local.eval_tokens") + 1] == "300"
     assert "--eval.avg_k" not in lc.common_flags(a, avg=False)

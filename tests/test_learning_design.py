@@ -114,8 +114,9 @@ def test_order_follows_rule_4(lc, ld):
 
 
 def test_design_flags_are_the_plans(lc, ld, tmp_path):
-    """One-digit pool of 32 (seed 0), 200 held-out problems, 24 updates evaluated at the end and at 12,000 tokens,
-    shared draws; the two settings' flags; every run's train_local arguments pass train_local's own checks."""
+    """One-digit pool of 32 (seed 0), 200 held-out problems, 24 updates evaluated at the end and at 12,000 tokens
+    (not before training: the base model is measured once), shared draws; the two settings' flags; every run's and
+    every base pass's train_local arguments pass train_local's own checks."""
     from openrlhf_ada.cli.train_local import parse_local_args
 
     d = ld.SEQ_VS_GRPO
@@ -134,6 +135,11 @@ def test_design_flags_are_the_plans(lc, ld, tmp_path):
         assert args.local.request_seeds and args.local.eval_at_tokens == 12000 and args.eval.steps == 24
         assert args.local.max_steps == 24 and args.eval.avg_k == 4 and args.rollout.batch_size == 8
         assert args.ada.enable == (name == "ada")
+        assert args.local.skip_base_eval  # the base model is measured once, by itself
+    for key in d.base_passes:  # each base pass (--local.max_steps 0) passes train_local's checks: no skip_base_eval
+        args = parse_local_args(lc.base_argv(a, key, str(model), str(data), str(data)))
+        assert args.local.max_steps == 0 and not args.local.skip_base_eval and args.local.request_seeds
+        assert (args.eval.n_samples_per_prompt, args.eval.avg_k) == ((8, 0) if key == "train_sampled" else (1, 4))
 
 
 def _write_run(lc, a, name, seed, step1, step2, evals, seconds=120.0):
