@@ -80,7 +80,8 @@ def interpolation(runs):
     return lines
 
 
-def paired_sd(runs, setting):
+def paired_differences(runs, setting):
+    """The setting's final avg@4 minus GRPO n=4's, per seed."""
     diffs = [runs[(setting, s)]["done"]["evaluations"][-1]["avg_at_k"]
              - runs[(REFERENCE, s)]["done"]["evaluations"][-1]["avg_at_k"]
              for s in (1, 2, 3) if (setting, s) in runs and (REFERENCE, s) in runs]
@@ -88,7 +89,7 @@ def paired_sd(runs, setting):
 
 
 def detectable(runs):
-    sds = {s: statistics.stdev(paired_sd(runs, s)) for s in OTHERS}
+    sds = {s: statistics.stdev(paired_differences(runs, s)) for s in OTHERS}
     pooled = math.sqrt(statistics.fmean(v * v for v in sds.values()))
     n = 3
     holm_alpha = 0.05 / TESTS

@@ -152,6 +152,8 @@ class _FinishedBatch:
 
 
 class _GuardedRolloutRayActor(RolloutRayActor.__ray_actor_class__):
+    seeds = None  # RequestSeeds with request_seeds=True, else none: vLLM keeps the seed it started with
+
     async def __init__(self, *args, reward_timeout=None, request_seeds=False, **kwargs):
         self.seeds = RequestSeeds(kwargs.get("seed", 0)) if request_seeds else None
         try:
@@ -168,7 +170,7 @@ class _GuardedRolloutRayActor(RolloutRayActor.__ray_actor_class__):
     async def generate(self, prompt_token_ids, sampling_params, multi_modal_data=None):
         """Upstream's, the model's placeholder tokens banned from the response (`without_placeholders`), and with
         `request_seeds` the request's own seed."""
-        if getattr(self, "seeds", None) is not None:
+        if self.seeds is not None:
             sampling_params = with_seed(sampling_params, self.seeds.next(prompt_token_ids))
         return await super().generate(prompt_token_ids, without_placeholders(sampling_params, self._mm_pad_token_ids),
                                       multi_modal_data=multi_modal_data)
@@ -193,7 +195,7 @@ class _GuardedRolloutRayActor(RolloutRayActor.__ray_actor_class__):
     async def reseed(self, epoch: int, seed=None) -> None:
         """With `request_seeds`: start a step (counters restart, seeds from this epoch and `seed`, None: the engine's
         own). Without: nothing (vLLM keeps the seed it started with, and `seed` is not applied)."""
-        if getattr(self, "seeds", None) is not None:
+        if self.seeds is not None:
             self.seeds.reseed(epoch, seed)
 
     async def generate_stream(self, group_id: str, prompt: str, label, sampling_params, max_length: int,
