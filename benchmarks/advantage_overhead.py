@@ -49,7 +49,7 @@ from openrlhf.trainer.ppo_utils.experience import Experience  # noqa: E402
 from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker  # noqa: E402
 from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController  # noqa: E402
 
-from openrlhf_ada.cli.train_ppo_ray import parse_args  # noqa: E402
+from openrlhf_ada.launcher import parse_args  # noqa: E402
 from openrlhf_ada.trainer.ppo_utils.experience_maker import AdoraPoolExperienceMaker  # noqa: E402
 
 SECTION = "advantage_overhead"

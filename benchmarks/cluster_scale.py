@@ -258,7 +258,7 @@ def build(name: str, prompts: int, n: int, engines: list, tokenizer, seed: int, 
     from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
     from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
 
-    from openrlhf_ada.cli.train_ppo_ray import parse_args
+    from openrlhf_ada.launcher import parse_args
     from openrlhf_ada.trainer.ppo_utils.experience_maker import AdoraPoolExperienceMaker
     from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
 

@@ -86,7 +86,7 @@ def make_prompts(tokenizer, count: int, seed: int) -> list:
 
 
 def make_generator(engine, tokenizer, rows, flags, batch: int, seed: int):
-    from openrlhf_ada.cli.train_ppo_ray import parse_args
+    from openrlhf_ada.launcher import parse_args
     from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
 
     args = parse_args(["--actor.model_name_or_path", "m", "--reward.remote_url", REWARD_FILE,

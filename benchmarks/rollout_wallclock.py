@@ -56,7 +56,7 @@ def script_for(i: int) -> str:
 
 
 def make_generator(engine, tokenizer, prompts: int, ada_flags, seed: int):
-    from openrlhf_ada.cli.train_ppo_ray import parse_args
+    from openrlhf_ada.launcher import parse_args
     from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
 
     run = uuid.uuid4().hex[:8]

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from openrlhf_ada.cli.train_local import parse_local_args
-from openrlhf_ada.cli.train_ppo_ray import parse_args
+from openrlhf_ada.launcher import parse_args
 from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
 
 BASE = ["--actor.model_name_or_path", "m", "--reward.remote_url", "http://localhost:5000/get_reward",

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from openrlhf_ada.cli.train_local import parse_local_args
-from openrlhf_ada.cli.train_ppo_ray import parse_args
+from openrlhf_ada.launcher import parse_args
 from openrlhf_ada.compatibility import BY_KEY, REFUSALS
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from openrlhf_ada.cli.train_ppo_ray import parse_args
+from openrlhf_ada.launcher import parse_args
 from openrlhf_ada.cpu import patches as cpu_compat
 
 BASE = ["--actor.model_name_or_path", "m", "--reward.remote_url", "openrlhf_ada/rewards/toy.py",

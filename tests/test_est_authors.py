@@ -211,7 +211,7 @@ def test_seen_watch_warns_once_after_a_run_of_unseen_steps():
 
 # -- the flags ------------------------------------------------------------------------------------------------------
 def parse(*extra, estimator="dr_grpo"):
-    from openrlhf_ada.cli.train_ppo_ray import parse_args
+    from openrlhf_ada.launcher import parse_args
 
     return parse_args(["--actor.model_name_or_path", "m", "--reward.remote_url", "http://localhost:5000/r",
                        "--rollout.n_samples_per_prompt", "8", "--algo.advantage.estimator", estimator,

@@ -229,7 +229,7 @@ def test_simulate_est_over_two_epochs_by_hand():
 
 
 def test_est_flags_are_checked_against_the_rest():
-    from openrlhf_ada.cli.train_ppo_ray import parse_args
+    from openrlhf_ada.launcher import parse_args
 
     def parse(*extra):
         return parse_args(["--actor.model_name_or_path", "m", "--reward.remote_url", "http://localhost:5000/r",

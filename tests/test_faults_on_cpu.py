@@ -18,7 +18,7 @@ from openrlhf.trainer.ppo_trainer import compute_eval_metrics
 from openrlhf.trainer.ppo_utils.experience import Experience, split_experience_batch
 from transformers import AutoTokenizer
 
-from openrlhf_ada.cli.train_ppo_ray import parse_args
+from openrlhf_ada.launcher import parse_args
 from openrlhf_ada.cpu.kv_cache import engine_kwargs
 from openrlhf_ada.data.checks import check_prompt_file
 from openrlhf_ada.trainer.metrics_log import read_metrics

@@ -13,8 +13,8 @@ import ray
 import ray.actor
 import torch
 
-from openrlhf_ada.cli import train_ppo_ray
-from openrlhf_ada.cli.train_ppo_ray import main, parse_args
+from openrlhf_ada import launcher as project_launcher
+from openrlhf_ada.launcher import main, parse_args
 from openrlhf_ada.trainer.ppo_trainer import _AdoraPoolPPOTrainer
 from openrlhf_ada.trainer.ppo_trainer_async import _AdoraPoolPPOTrainerAsync
 from openrlhf_ada.trainer.ray.vllm_engine import _GuardedRolloutRayActor
@@ -134,7 +134,7 @@ def test_train_builds_the_project_trainer(monkeypatch, async_enable, expected):
     with pytest.raises(_Built) as built:
         main(argv)
     assert built.value.actor_class is expected
-    assert init_calls and init_calls[0]["runtime_env"]["worker_process_setup_hook"] == train_ppo_ray.WORKER_SETUP_HOOK
+    assert init_calls and init_calls[0]["runtime_env"]["worker_process_setup_hook"] == project_launcher.WORKER_SETUP_HOOK
     assert init_calls[0]["runtime_env"]["env_vars"]["RAY_ENABLE_ZERO_COPY_TORCH_TENSORS"]  # upstream's env kept
     assert init_calls[0]["runtime_env"]["env_vars"]["OPENRLHF_ADA_REWARD_TIMEOUT"] == "60.0"
     assert engine_module.RolloutRayActor.__ray_actor_class__ is _GuardedRolloutRayActor  # engines get the reward guard

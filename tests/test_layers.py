@@ -87,3 +87,18 @@ def test_the_layers_point_one_way():
         if not name.startswith("openrlhf_ada.cli"):
             up = [m for m in _imports(path, modules) if m.startswith("openrlhf_ada.cli")]
             assert not up, f"{name} imports {up}"
+
+
+def test_the_benchmarks_use_the_library_not_the_entry_points():
+    """A benchmark builds its arguments with `openrlhf_ada.launcher.parse_args` and its runs from the package; an entry
+    point (`cli/`) it needs runs as its own process (`python -m openrlhf_ada.cli...`), never imported."""
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts}
+    benchmarks = sorted((PACKAGE.parent / "benchmarks").glob("*.py"))
+    assert benchmarks
+    for path in benchmarks:
+        tree = ast.parse(path.read_text())
+        names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+        names += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
+        up = [m for m in names if m.startswith("openrlhf_ada.cli")]
+        assert not up, f"benchmarks/{path.name} imports {up}"
+    assert "openrlhf_ada.launcher" in modules

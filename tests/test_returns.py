@@ -88,7 +88,7 @@ def test_the_experience_maker_skips_upstreams_loop_only_where_the_sum_is_exact(m
 
     from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
 
-    from openrlhf_ada.cli.train_ppo_ray import parse_args
+    from openrlhf_ada.launcher import parse_args
     from openrlhf_ada.trainer.ppo_utils.experience_maker import AdoraPoolExperienceMaker
 
     args = parse_args(["--actor.model_name_or_path", "m", "--reward.remote_url", "http://localhost:5000/get_reward",

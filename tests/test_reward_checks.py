@@ -7,7 +7,7 @@ import pytest
 import ray
 
 from openrlhf_ada.cli.train_local import parse_local_args
-from openrlhf_ada.cli.train_ppo_ray import parse_args
+from openrlhf_ada.launcher import parse_args
 from openrlhf_ada.rewards.checks import check_reward_url
 
 GOOD = "def reward_func(queries, prompts, labels):\n    return {'rewards': [0.0]}\n"

@@ -20,7 +20,7 @@ import torch
 from openrlhf.trainer.ppo_utils.experience import Experience
 
 from openrlhf_ada.cli.train_local import parse_local_args
-from openrlhf_ada.cli.train_ppo_ray import parse_args
+from openrlhf_ada.launcher import parse_args
 from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
 
 RM_BASE = ["--actor.model_name_or_path", "m", "--reward.model_name_or_path", "rm", "--algo.advantage.estimator",

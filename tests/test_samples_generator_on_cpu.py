@@ -15,7 +15,7 @@ import pytest
 import ray
 from transformers import AutoTokenizer
 
-from openrlhf_ada.cli.train_ppo_ray import parse_args
+from openrlhf_ada.launcher import parse_args
 from openrlhf_ada.cpu.kv_cache import engine_kwargs
 from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
 

@@ -2,7 +2,7 @@
 
 - Every `examples/scripts/train_*.sh` is run by bash with a stub `ray` on PATH that records its argv; the
   launcher's arguments (everything after `-- python3 -m openrlhf_ada.cli.train_ppo_ray`) go through
-  `openrlhf_ada.cli.train_ppo_ray.parse_args`: upstream 0.11.2's own parser and validations plus the project's.
+  `openrlhf_ada.launcher.parse_args`: upstream 0.11.2's own parser and validations plus the project's.
   A stale flag (upstream's scripts and README still carry some) fails there with SystemExit(2).
 - Checks that `parse_args` cannot make because upstream runs them later, inside `train()` (colocation sizes).
 - `dockerfile/Dockerfile` installs exactly setup.py's GPU_PINS (the `gpu` extra); the comparison itself is
@@ -175,7 +175,7 @@ def run_script(script: Path, tmp_path: Path, *extra_args: str, **env_overrides: 
 
 
 def parse(argv: list[str]):
-    from openrlhf_ada.cli.train_ppo_ray import parse_args
+    from openrlhf_ada.launcher import parse_args
 
     return parse_args(list(argv))
 

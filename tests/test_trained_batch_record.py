@@ -36,7 +36,7 @@ from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
 from siblings import load
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from openrlhf_ada.cli.train_ppo_ray import parse_args
+from openrlhf_ada.launcher import parse_args
 from openrlhf_ada.trainer.local_trainer import LocalTrainer
 from openrlhf_ada.trainer.ppo_utils import round_loop
 from openrlhf_ada.trainer.ppo_utils.experience_maker import AdoraPoolExperienceMaker

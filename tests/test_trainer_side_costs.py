@@ -24,7 +24,7 @@ import pytest
 import torch
 from openrlhf.trainer.ppo_utils.experience import Experience
 
-from openrlhf_ada.cli.train_ppo_ray import parse_args
+from openrlhf_ada.launcher import parse_args
 from openrlhf_ada.trainer.ppo_utils import round_loop
 from openrlhf_ada.trainer.ppo_utils import samples_generator as project_generator
 from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator

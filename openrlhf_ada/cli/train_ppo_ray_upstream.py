@@ -8,7 +8,7 @@ from a project problem. Takes upstream's flags only (no --adora.* / --ada.* / --
 
 from __future__ import annotations
 
-from openrlhf_ada.cli.train_ppo_ray import main as _launcher_main
+from openrlhf_ada.launcher import main as _launcher_main
 
 PROG = "python -m openrlhf_ada.cli.train_ppo_ray_upstream"
 
