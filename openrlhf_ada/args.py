@@ -20,6 +20,7 @@ from openrlhf_ada.algorithms._checks import check_finite
 from openrlhf_ada.algorithms.adora import ADORA_RULES, AdoraConfig, load_weight_func
 from openrlhf_ada.algorithms.baselines import GROUP_BASELINE_ESTIMATORS
 from openrlhf_ada.algorithms.estimate import ALLOCATION_RULES, EST_PRESETS, PROMPT_WEIGHTS, STRATEGIES
+from openrlhf_ada.algorithms.greso import GresoConfig
 from openrlhf_ada.algorithms.reinforce_ada import (
     BASELINES,
     CANCEL_ORDERS,
@@ -30,7 +31,7 @@ from openrlhf_ada.algorithms.reinforce_ada import (
     AdaConfig,
 )
 from openrlhf_ada.compatibility import check as check_compatibility
-from openrlhf_ada.rewards.checks import check_reward_url
+from openrlhf_ada.rewards.checks import check_reward_url, scored_by_reward_model
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ def _bool_flag(group, name, help):
 def add_project_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Every default comes from the frozen config the flags build (AdoraConfig, AdaConfig, FaultConfig), and the
     choices and help of --adora.variant / --ada.mode from their rule registries."""
-    adora, ada, fault, ev = AdoraConfig, AdaConfig, FaultConfig, EvalConfig  # class attributes: the defaults
+    adora, ada, fault, ev, gc = AdoraConfig, AdaConfig, FaultConfig, EvalConfig, GresoConfig  # the defaults
     g = parser.add_argument_group("ADORA (openrlhf-ada): per-prompt advantage weights")
     _bool_flag(g, "--adora.enable", "Multiply each prompt group's final advantages by its ADORA weight")
     g.add_argument("--adora.variant", type=str, default=adora.variant, choices=ADORA_RULES.names(),
@@ -112,6 +113,20 @@ def add_project_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     g.add_argument("--ada.history_window", type=int, default=ada.history_window,
                    help="With --ada.history: epochs (the prompt's most recent sampled ones) that must all be "
                         "saturated before it can be skipped")
+    g.add_argument("--ada.skip", type=str, default="none", choices=SKIP_RULES,
+                   help="Pre-rollout skip of prompts from what they showed in earlier epochs; a skipped prompt "
+                        "generates nothing, is counted (ada/greso_skipped) and the next prompt takes its slot. none "
+                        "(default); greso: GRESO's, a prompt whose last z groups were all correct (or all wrong) is "
+                        f"skipped with probability 1 - max(p_e^z, {gc.keep_floor}), p_e = p_easy (or p_hard), each "
+                        f"moved by {gc.step} a step (within [{gc.p_min}, {gc.p_max}], from {gc.p_init}, from the "
+                        "second epoch on) toward --ada.greso_target (logged: ada/greso_p_easy, ada/greso_p_hard). "
+                        "Works with fixed-n GRPO (no --ada.enable), "
+                        "Seq and Est; keeps the per-prompt history itself (checkpointed), and with --ada.history "
+                        "replaces its skip (docs/adaptive_family.md)")
+    g.add_argument("--ada.greso_target", type=float, default=gc.target,
+                   help="With --ada.skip greso: the share of zero-variance groups (all correct or all wrong) among a "
+                        f"step's rolled-out prompts that p_easy and p_hard steer toward, {gc.easy_share:.2g} of it "
+                        f"all-correct and the rest all-wrong (the authors' {gc.target}); lower: skip more")
     g.add_argument("--ada.strategy", type=str, default=ada.strategy, choices=STRATEGIES,
                    help="seq: rounds until each prompt shows signal, n trained per prompt (the authors' code); est: "
                         "Reinforce-Ada-Est, one pass per step with each prompt's sample count allocated from its "
@@ -125,7 +140,9 @@ def add_project_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                         + "; ".join(f"{name}: {p.about}" for name, p in EST_PRESETS.items()))
     g.add_argument("--ada.est_allocation", type=str, default=None, choices=ALLOCATION_RULES.names(),
                    help=f"With --ada.strategy est: allocation rule (default: the preset's): "
-                        f"{ALLOCATION_RULES.describe()}")
+                        f"{ALLOCATION_RULES.describe()}. A rule named here replaces only the preset's allocation: "
+                        "the bounds stay the preset's (or --ada.est_min / --ada.est_max), and so do the estimator, "
+                        "the advantage and the prompt weight")
 
     def preset_values(field):
         return ", ".join(f"{name} {'none' if getattr(p, field) is None else getattr(p, field)}"
@@ -135,8 +152,9 @@ def add_project_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                    help="With --ada.strategy est: fewest samples a prompt gets (>= 2 with a group baseline; the "
                         f"authors' advantage takes 1). Default: the preset's ({preset_values('n_min')})")
     g.add_argument("--ada.est_max", type=int, default=None,
-                   help="With --ada.strategy est: most samples a prompt gets (the inv_sqrt allocation; the authors' "
-                        f"has no bound). Default: the preset's ({preset_values('n_max')})")
+                   help="With --ada.strategy est: most samples a prompt gets (the inv_sqrt and knapsack "
+                        "allocations; the authors' has no bound; knapsack without one: none but the budget). "
+                        f"Default: the preset's ({preset_values('n_max')})")
     g.add_argument("--ada.est_decay", type=float, default=None,
                    help="With --ada.strategy est: Ada-EMA's discount of a prompt's earlier counts each time it is "
                         f"sampled again (N <- decay x N + new samples). Default: the preset's "
@@ -149,7 +167,8 @@ def add_project_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                    help=f"With --ada.strategy est: Beta prior's beta. Default: the preset's ({preset_values('beta')})")
     g.add_argument("--ada.est_eps", type=float, default=None,
                    help="With --ada.strategy est: added to 1/sqrt(p_hat) in the inv_sqrt allocation weight (larger: "
-                        f"more uniform allocation). Default: the preset's ({preset_values('eps')})")
+                        "more uniform allocation; the authors' and knapsack allocations have none and refuse it). "
+                        f"Default: the preset's ({preset_values('eps')})")
     g.add_argument("--ada.prompt_weight", type=str, default=ada.prompt_weight, choices=("auto",) + PROMPT_WEIGHTS,
                    help="Explicit per-prompt weight of the log objective on each group's advantages after the "
                         "baseline, from the prompt's pass rate p (seq: its pool's; est: its samples'): none; "
@@ -235,7 +254,16 @@ def ada_config(args) -> AdaConfig:
     )
 
 
+def greso_config(args) -> Optional[GresoConfig]:
+    """GRESO's settings of --ada.skip greso (the rest: GresoConfig's defaults, the authors'); None without it."""
+    if _get(args, "ada.skip", "none") != "greso":
+        return None
+    return GresoConfig(target=_get(args, "ada.greso_target", GresoConfig.target))
+
+
 HISTORY_FLAGS = ("history", "history_target", "history_skip", "history_window")
+#: --ada.skip's values: no pre-rollout skip, or GRESO's (algorithms/greso.py)
+SKIP_RULES = ("none", "greso")
 #: The flags that act only with --ada.strategy est.
 EST_ONLY_FLAGS = ("est_preset", "est_allocation", "est_min", "est_max", "est_decay", "est_alpha", "est_beta",
                   "est_eps")
@@ -387,6 +415,37 @@ def validate_cancel_and_history(args) -> None:
         )
 
 
+def validate_skip(args) -> None:
+    """--ada.skip greso against what it needs and --ada.history's own skip; raise ValueError naming the flags."""
+    try:
+        greso = greso_config(args)
+    except ValueError as e:
+        raise ValueError(f"--ada.greso_target {_get(args, 'ada.greso_target')}: {e}") from None
+    if greso is None:
+        if _get(args, "ada.greso_target", GresoConfig.target) != GresoConfig.target:
+            raise ValueError(f"--ada.greso_target {_get(args, 'ada.greso_target')} only acts with --ada.skip greso: "
+                             "add it or drop the option")
+        return
+    n = _get(args, "rollout.n_samples_per_prompt", 1)
+    if n < 2:
+        raise ValueError(f"--ada.skip greso with --rollout.n_samples_per_prompt {n}: GRESO skips prompts whose groups "
+                         "all had the same reward, and a group of one sample always has; use n >= 2 or drop "
+                         "--ada.skip greso")
+    if scored_by_reward_model(args):
+        raise ValueError("--ada.skip greso with --reward.model_name_or_path: the skip reads each prompt's correct and "
+                         "wrong samples as its groups finish, but a reward model scores them only after generation "
+                         "(the samples generator then runs upstream's path). Score with a reward function "
+                         "(--reward.remote_url path/to/reward.py or an HTTP reward server), or drop --ada.skip greso")
+    if _get(args, "ada.history", False):
+        changed = [f"--ada.{k} {_get(args, 'ada.' + k)}" for k in ("history_skip", "history_window")
+                   if _get(args, "ada." + k, getattr(AdaConfig, k)) != getattr(AdaConfig, k)]
+        if changed:
+            raise ValueError(f"{', '.join(changed)} with --ada.skip greso: GRESO's skip replaces --ada.history's "
+                             "(whose probability and window these set), so they would do nothing; drop them "
+                             "(--ada.history keeps its first-round sizing, --ada.history_target) or drop "
+                             "--ada.skip greso")
+
+
 def validate(args) -> None:
     """Check the project's flags against each other and against upstream's; raise ValueError (what, how to fix).
     Upstream features that do not combine with a project setting are refused by one table: compatibility.py."""
@@ -414,6 +473,7 @@ def validate(args) -> None:
     if adora.enable and adora.weight_func:
         load_weight_func(adora.weight_func)  # fails now, naming file and function, not mid-run
     validate_cancel_and_history(args)
+    validate_skip(args)
     if not args.ada.enable:
         changed = [f"--ada.{k}" for k in EST_FLAGS if _get(args, "ada." + k, getattr(AdaConfig, k)) !=
                    getattr(AdaConfig, k)]
@@ -471,6 +531,11 @@ def validate_est(args, ada: AdaConfig, estimator, adora) -> None:
             raise ValueError(f"{', '.join(unused)} with the authors' allocation (--ada.est_allocation authors): their "
                              "rule has no upper bound and no eps, so the flag would do nothing; drop it or use "
                              "--ada.est_allocation inv_sqrt")
+    if est.allocation == "knapsack" and _get(args, "ada.est_eps") is not None:
+        raise ValueError("--ada.est_eps with --ada.est_allocation knapsack: "
+                         "Knapsack-RL's allocation maximises the task value and has no eps, so the flag would do "
+                         "nothing; drop --ada.est_eps, or use --ada.est_allocation inv_sqrt where eps flattens the "
+                         "allocation")
     gen_batch = _get(args, "rollout.vllm_generate_batch_size")
     for flag, bad, why in (
             ("--ada.cancel", ada.cancel, "Est trains every sample it allocated: there is no exit rule to stop a "

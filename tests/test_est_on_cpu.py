@@ -121,12 +121,24 @@ def test_train_local_runs_the_authors_est_with_adora_over_three_epochs(tmp_path,
         assert row["prompts"] == 6 and row.get("ada/prompt_weight", 1.0) == 1.0  # the authors': no explicit weight
 
 
-def test_train_local_runs_est_without_a_prompt_weight(tmp_path, tiny_llama_path, ray_local):
-    """--ada.prompt_weight none (a documented choice) with Est: the groups are trained with the plain ragged baseline,
-    no pass rate is needed and no weight is logged. Step 1 as above: every prompt unseen, 4 samples each."""
-    out = tmp_path / "none"
-    train_local(parse_local_args(argv(tmp_path, tiny_llama_path, out, 1) + ["--ada.prompt_weight", "none"]))
-    (first,) = read_metrics(str(out))
+def test_train_local_runs_est_with_knapsack_and_without_a_prompt_weight(tmp_path, tiny_llama_path, ray_local):
+    """--ada.est_allocation knapsack with --ada.prompt_weight none (a documented choice), two steps (two epochs): the
+    groups are trained with the plain ragged baseline, no pass rate is needed and no weight is logged. Step 1 as
+    above: every prompt unseen, p_hat 1/2 for all, equal increments -> 4 each. Step 2: p_hat 5/6, 1/6, 1/2 (x4),
+    the paper's bounds [2, 32], 24 samples: every prompt 2, and the 12 left to the largest increments of
+    v(p, N) = (1 - p^N - (1 - p)^N) p (1 - p)^2: for p = 1/2 (p (1 - p)^2 = 1/8) 1/32, 1/64, 1/128 from N = 2;
+    for p = 1/6 (25/216) 0.01608, 0.01161, 0.00938, 0.00776; for p = 5/6 (5/216) 0.00322 and less. The 12 largest:
+    four 1/32, four 1/64, 0.01608, 0.01161, 0.00938 and one 1/128 (> 0.00776): sizes 2, 5, 5, 4, 4, 4 (min 2,
+    median 4, max 5; inv_sqrt's were 3, 4, 6). Rewards: '1' 1.0, '0' 0.0, the mix prompt with 5 samples (its
+    5th-9th: 0, 1, 0, 1, 0) 2/5, the others 1/2: Cov(N, r) = mean((N - 4) r) = (-2 x 1 + 1 x 0 + 1 x 2/5) / 6
+    = -4/15."""
+    out = tmp_path / "knapsack"
+    train_local(parse_local_args(argv(tmp_path, tiny_llama_path, out, 2)
+                                 + ["--ada.prompt_weight", "none", "--ada.est_allocation", "knapsack"]))
+    first, second = read_metrics(str(out))
     assert (first["ada/alloc_min"], first["ada/alloc_max"], first["ada/samples_generated"]) == (4, 4, 24)
     assert first["zero_adv_group_share"] == pytest.approx(2 / 6)  # '1' and '0' have no signal, the mix ones do
     assert "ada/prompt_weight" not in first
+    assert (second["ada/alloc_min"], second["ada/alloc_median"], second["ada/alloc_max"]) == (2, 4, 5)
+    assert second["ada/samples_generated"] == 24 and second["prompts"] == 6
+    assert second["ada/alloc_cov_n_r"] == pytest.approx(-4 / 15, abs=1e-6)

@@ -107,7 +107,7 @@ def test_a_registered_allocation_rule_is_a_choice_of_the_flag_and_allocates():
 
     try:
         choices = flag("--ada.est_allocation").choices
-        assert choices == ("inv_sqrt", "authors", "hardest")
+        assert choices == ("inv_sqrt", "authors", "knapsack", "hardest")
         assert "hardest (all extra samples to the hardest prompt)" in flag("--ada.est_allocation").help
         # 3 prompts, budget 4: 12 samples, 2 each, the 6 left to p_hat 0.1
         config = EstConfig(budget=4, allocation="hardest")

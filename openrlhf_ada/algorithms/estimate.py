@@ -19,6 +19,8 @@ the exit rules and ADORA rules are), fn(p_hat, total, *, n_min, n_max, eps) -> i
 - `authors` (the authors' code, `allocate_authors`): n_min (their 1) each, the rest split in proportion to
   w_x = 1 / max(p_hat_x, 1e-6), each share rounded down, and the samples still missing one each to the largest
   fractional parts (ties: batch order); no upper bound, eps unused.
+- `knapsack` (Knapsack-RL, knapsack.py `allocate_knapsack`): the counts within [n_min, n_max] that maximise the
+  summed task value (1 - p^N - (1 - p)^N) p (1 - p)^2 exactly; eps unused, n_max None: no bound but the budget.
 
 A preset (`EST_PRESETS`, `--ada.est_preset`) names a whole setting: `paper` (the defaults above, the explicit weight
 1/sqrt) or `authors` (their prior Beta(1, 16), decay 0.9, their allocation, no explicit weight, their advantage
@@ -44,6 +46,7 @@ import torch
 
 from openrlhf_ada.algorithms._checks import check_choice, check_finite, check_int
 from openrlhf_ada.algorithms.baselines import check_groups
+from openrlhf_ada.algorithms.knapsack import KNAPSACK_HELP, allocate_knapsack
 from openrlhf_ada.algorithms.registry import Registry
 
 STRATEGIES = ("seq", "est")
@@ -258,6 +261,11 @@ def allocate_authors(p_hat, total: int, *, n_min: int = 1, n_max: Optional[int] 
     for i in range(remaining - sum(floors)):
         counts[by_fraction[i % P]] += 1
     return torch.tensor(counts, dtype=torch.int64)
+
+
+#: Knapsack-RL's allocation (knapsack.py): the budget split exactly within [est_min, est_max] to maximise the summed
+#: task value; eps is not used (the caller refuses an explicit --ada.est_eps with it).
+register_allocation_rule("knapsack", KNAPSACK_HELP)(allocate_knapsack)
 
 
 # -- the authors' advantage -----------------------------------------------------------------------------------------

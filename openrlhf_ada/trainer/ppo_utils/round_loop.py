@@ -2,7 +2,7 @@
 
 `RoundStep(generator, ...).run()` is the whole step, top to bottom:
 
-    draw       prompts from the data (with --ada.history: planned, a skipped one counted and replaced)
+    draw       prompts from the data (with --ada.history or --ada.skip greso: a skipped one counted and replaced)
     dispatch   each prompt's next round to the engines (a Ray call per round, or a stream per round)
     collect    what comes back: a whole round, or one message of a stream (every sample the engine finished
                since its last one), for every one ready at a wait (a lost engine's round runs again)
@@ -35,6 +35,10 @@ moves data between the pools and the engines:
 - with `--ada.history`, the generator's `PromptHistory` (keyed by `prompt_key`, the sha256 of the prompt text)
   plans every prompt as it is drawn: a skipped prompt is counted (`ada/skipped_prompts`) and the next one taken;
   the others get their first round from the plan. Each finished pool is recorded for the current epoch;
+- with `--ada.skip greso` (any strategy, fixed n too), the generator decides each drawn prompt's skip from its
+  groups of earlier epochs in the same history (GRESO's probability, `algorithms/greso.py`) before any plan; a
+  skipped prompt is counted (`ada/greso_skipped`) and the next one taken, and after the step the generator moves
+  p_easy / p_hard by the step's rolled-out groups (`ada/greso_p_easy`, `ada/greso_p_hard`);
 - exactly n samples per accepted prompt, contiguous, in the order the prompts were drawn; each sample's `info`
   carries the pool statistics (for the pool baseline) and the step's Reinforce-Ada metrics (for logging).
 
@@ -120,7 +124,8 @@ class RoundStep:
 
     `generator` is the project's samples generator: it owns what outlives a step (the engines, the step counter
     that seeds the per-prompt generators, the epoch, the history, groups carried from a short step), changed only
-    through its own methods (`begin_step`, `prompts_drawn`, `take_skipped`, `hold_skipped`), and the engine-fault
+    through its own methods (`begin_step`, `prompts_drawn`, `take_skipped`, `hold_skipped`, `greso_skips`,
+    `greso_adapt`), and the engine-fault
     handling (`_drop_dead_engines`, `_check_stalled`). What the step found (`pools`, `logged`, `group_sizes`) the
     generator reads from the step when it ends."""
 
@@ -201,8 +206,8 @@ class RoundStep:
 
     # -- draw ---------------------------------------------------------------------------------------------------
     def draw(self, count: int) -> List[ActivePrompt]:
-        """`count` prompts from the data (fewer when it runs out); with --ada.history each is planned first, and a
-        skipped one is counted and replaced by the next."""
+        """`count` prompts from the data (fewer when it runs out); with --ada.skip greso each may be skipped first,
+        with --ada.history each is planned; a skipped one is counted and replaced by the next."""
         gen, cfg = self.gen, self.config
         out = []
         while len(out) < count and not self.exhausted:
@@ -213,6 +218,9 @@ class RoundStep:
                 key = first = None
                 if self.history is not None:
                     key = prompt_key(p)
+                if gen.greso is not None and gen.greso_skips(key, self.epoch):
+                    self.skipped += 1
+                    continue
                 if cfg.history:
                     plan = self.history.plan(key, self.epoch, n=cfg.n, cap=cfg.max_samples, seed=cfg.seed)
                     if plan.skip:
@@ -429,6 +437,10 @@ class RoundStep:
         logged = self.logged_metrics()
         if logged is not None:
             metrics = {k: v for k, v in metrics.items() if k in logged or k.startswith("fault/")}
+        if gen.greso is not None:  # every skip is GRESO's (it replaces --ada.history's)
+            metrics["ada/greso_skipped"] = float(self.skipped)
+            metrics["ada/epoch"] = float(self.epoch)
+            metrics.update(gen.greso_adapt([(pool.num_pos, pool.num_neg) for pool in self.pools], self.epoch))
         self.logged = metrics
         return metrics
 
@@ -468,7 +480,7 @@ class RoundStep:
         logger.info(
             f"{'Reinforce-Ada' if self.gen.ada else 'Fixed-n'} step {self.step}: {len(self.accepted)} groups "
             f"from {self.prompts_consumed} prompts, {int(metrics.get('ada/samples_generated', 0))} samples, "
-            f"eta={metrics.get('ada/eta', 0):.3f}" + (f", {self.skipped} skipped (history)" if self.history is not None
+            f"eta={metrics.get('ada/eta', 0):.3f}" + (f", {self.skipped} skipped" if self.history is not None
                                                        else "")
         )
         return out

@@ -9,7 +9,8 @@ n = 1, or when a reward model scores the samples after generation (`scored_by_re
 
 What outlives a step lives here: the generation-call counter that seeds the per-prompt generators, the epoch (a
 pass over the data, counted when a fresh iterator of the prompt loader yields its first prompt), the
-`PromptHistory` of --ada.history, and groups carried from a short step. They are the generator's `state_dict()`,
+`PromptHistory` of --ada.history (and of Est and --ada.skip greso), GRESO's p_easy / p_hard (`GresoState`), and
+groups carried from a short step. They are the generator's `state_dict()`,
 which both trainers save with every checkpoint. So does the engine-fault handling: a dead engine is dropped (or,
 in the cluster trainers, stops the run), and a step whose engines show no progress fails (`StallWatch`).
 
@@ -28,7 +29,8 @@ metrics.
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from dataclasses import replace
+from typing import Iterable, List, Optional, Tuple
 
 import ray
 import torch
@@ -37,9 +39,10 @@ from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
 from openrlhf.utils.logging_utils import init_logger
 
 from openrlhf_ada.algorithms.estimate import SeenWatch
-from openrlhf_ada.algorithms.history import PromptHistory
+from openrlhf_ada.algorithms.greso import GresoState, adapt, decide_skip, skip_rng, zero_variance_counts
+from openrlhf_ada.algorithms.history import HistoryConfig, PromptHistory
 from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool
-from openrlhf_ada.args import ada_config, fault_config
+from openrlhf_ada.args import ada_config, fault_config, greso_config
 from openrlhf_ada.rewards.checks import scored_by_reward_model
 from openrlhf_ada.trainer.ppo_utils.batching import est_usable, whole_units
 from openrlhf_ada.trainer.ppo_utils.est_step import EstStep
@@ -96,10 +99,16 @@ class RoundsSamplesGenerator(SamplesGenerator):
         self.stop_on_engine_loss = False
         # --ada.history: what each prompt showed in earlier epochs; the epoch is the pass over the data that the
         # prompts being drawn come from (counted from 0 when a fresh loader iterator yields its first prompt)
-        # --ada.strategy est keeps its estimator (Ada-EMA counts) in the same history
+        # --ada.strategy est keeps its estimator (Ada-EMA counts) in the same history, and --ada.skip greso reads
+        # the groups of earlier epochs from it (GRESO's skip then replaces --ada.history's own)
         self.est = self.ada is not None and self.ada.strategy == "est"
-        self.history = (PromptHistory(self.ada.history_config)
-                        if self.ada is not None and (self.ada.history or self.est) else None)
+        self.greso = greso_config(self.args) if self.pool_config is not None else None
+        self.greso_state = GresoState.initial(self.greso) if self.greso is not None else None
+        history_config = self.ada.history_config if self.ada is not None else HistoryConfig()
+        if self.greso is not None:
+            history_config = replace(history_config, skip=0.0)
+        keep_history = self.ada is not None and (self.ada.history or self.est)
+        self.history = PromptHistory(history_config) if keep_history or self.greso is not None else None
         self.last_group_sizes: List[int] = []  # sizes of the last training step's groups, in order (est: varying)
         self.est_watch = SeenWatch()  # est: warns once when the estimator keeps finding no history
         self._epoch = -1
@@ -132,12 +141,15 @@ class RoundsSamplesGenerator(SamplesGenerator):
     def state_dict(self) -> dict:
         """What a checkpoint must hold of the sampler besides the data position (plain JSON-able values): the
         generation-call counter that seeds each step's per-prompt random generators, the epoch (and whether the
-        data iterator was inside it), and with --ada.history the per-prompt history. Groups held back from a short
-        step are not saved (a resumed run starts its episode without them; they are logged when held back)."""
+        data iterator was inside it), with --ada.history (Est, --ada.skip greso) the per-prompt history, and with
+        --ada.skip greso GRESO's p_easy and p_hard. Groups held back from a short step are not saved (a resumed run
+        starts its episode without them; they are logged when held back)."""
         state = {"step": self._step, "epoch": self._epoch,
                  "in_epoch": getattr(self, "_dataloader_iter", None) is not None and not self._epoch_pending}
         if self.history is not None:
             state["history"] = self.history.to_dict()
+        if self.greso_state is not None:
+            state["greso"] = self.greso_state.to_dict()
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -148,12 +160,17 @@ class RoundsSamplesGenerator(SamplesGenerator):
         self._resume_in_epoch = bool(state.get("in_epoch", False))
         self._epoch_pending = False
         if self.history is not None:
-            saved = state.get("history")
-            self.history = (PromptHistory.from_dict(saved, self.ada.history_config) if saved is not None
-                            else PromptHistory(self.ada.history_config))
+            saved, config = state.get("history"), self.history.config
+            self.history = PromptHistory.from_dict(saved, config) if saved is not None else PromptHistory(config)
             if saved is None:
                 logger.warning("--ada.history: the checkpoint holds no prompt history (written without "
-                               "--ada.history); it starts empty")
+                               "--ada.history, --ada.strategy est or --ada.skip greso); it starts empty")
+        if self.greso is not None:
+            saved = state.get("greso")
+            self.greso_state = GresoState.from_dict(saved) if saved is not None else GresoState.initial(self.greso)
+            if saved is None:
+                logger.warning("--ada.skip greso: the checkpoint holds no GRESO state (written without --ada.skip "
+                               "greso); p_easy and p_hard start from their initial value")
         self._dataloader_iter = None
 
     @torch.no_grad()
@@ -298,13 +315,26 @@ class RoundsSamplesGenerator(SamplesGenerator):
         return self._epoch
 
     def hold_skipped(self, count: int) -> None:
-        """Prompts the history skipped in a call that found no prompt left: counted in the next step."""
+        """Prompts skipped (history, GRESO) in a call that found no prompt left: counted in the next step."""
         self._skipped_carry += count
 
     def take_skipped(self) -> int:
         """The skipped prompts held from an earlier call, handed to the step that counts them."""
         count, self._skipped_carry = self._skipped_carry, 0
         return count
+
+    def greso_skips(self, key: str, epoch: int) -> bool:
+        """--ada.skip greso: skip the prompt `key` before rollout in `epoch`? From its groups of earlier epochs in the
+        history and the current p_easy / p_hard, one draw keyed by (seed, epoch, key)."""
+        groups = [(r.num_pos, r.num_neg) for r in self.history.get(key) if r.epoch < epoch]
+        return decide_skip(groups, self.greso_state, self.greso, skip_rng(self.pool_config.seed, epoch, key))
+
+    def greso_adapt(self, groups: Iterable[Tuple[int, int]], epoch: int) -> dict:
+        """--ada.skip greso after a step: p_easy and p_hard moved by the step's rolled-out groups (num_pos, num_neg);
+        returns them as the step's metrics (the values the next step skips with)."""
+        easy, hard, total = zero_variance_counts(groups)
+        self.greso_state = adapt(self.greso_state, easy, hard, total, self.greso, epoch=epoch)
+        return {"ada/greso_p_easy": self.greso_state.p_easy, "ada/greso_p_hard": self.greso_state.p_hard}
 
     # -- faults ---------------------------------------------------------------------------------------------------
     def _drop_dead_engines(self, error) -> List[str]:
