@@ -331,12 +331,15 @@ def test_est_async_partial_rollout_with_http_rewards_penalty_is_correction_and_e
                                                                                    reward_server):
     """Reinforce-Ada-Est in the async trainer with partial rollout (engines paused, not drained, for each weight
     sync), the HTTP reward server, the overlong penalty, IS correction, evaluation and dynamic batching (so
-    packing). 12 prompts, all unseen: each gets alpha / (alpha + beta) = 1/2 as its pass-rate estimate, so 4 samples
-    (n = 4 on average), 2 + 2 from the server: 3 steps of 16. The generator evaluates when it is handed step 1's
-    token (after its third batch)."""
+    packing), with Knapsack-RL's allocation and GRESO's skip switched on. 12 prompts, all unseen: each gets
+    alpha / (alpha + beta) = 1/2 as its pass-rate estimate, so 4 samples (n = 4 on average; the knapsack's
+    increments tie for equal estimates), 2 + 2 from the server: 3 steps of 16. One epoch: GRESO has no history to
+    skip by and does not adapt in it (nothing skipped, p_easy = p_hard = 0.5, logged every step). The generator
+    evaluates when it is handed step 1's token (after its third batch)."""
     data = write_prompts(tmp_path / "prompts.jsonl", 12)
     flags = flags_for(tiny_llama_path, tmp_path, data, reward_server.url, [
         "--algo.advantage.estimator", "dr_grpo", "--ada.enable", "--ada.strategy", "est",
+        "--ada.est_allocation", "knapsack", "--ada.skip", "greso",
         "--train.async_enable", "--train.partial_rollout_enable", "--logger.tensorboard_dir", str(tmp_path / "tb"),
         *DYNAMIC_BATCH,
     ])
@@ -349,6 +352,7 @@ def test_est_async_partial_rollout_with_http_rewards_penalty_is_correction_and_e
     assert reward_server.calls("mixed") == sum(rows[s]["ada_samples_generated"] for s in rows) == 12 * 4
     for row in rows.values():
         assert (row["ada_alloc_min"], row["ada_alloc_max"]) == (4, 4)
+        assert (row["ada_greso_skipped"], row["ada_greso_p_easy"], row["ada_greso_p_hard"]) == (0, 0.5, 0.5)
         check_penalised_rewards(row, (RIGHT + WRONG) / 2)
     check_async_run(run, rows, tmp_path)
     evals = reward_server.calls("eval")
