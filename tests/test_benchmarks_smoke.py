@@ -268,6 +268,9 @@ def test_epoch_report_states_targets_and_bias(se):
         ("sampling_efficiency.py", ["--prompts", "20", "--seeds", "0", "--mixes", "paper_hard", "--no-grid",
                                     "--epoch-prompts", "20", "--epochs", "2"],
          ["### paper_hard", "#### paper_hard: initial", "#### Targets"]),
+        ("adaptive_family.py", ["--prompts", "32", "--batch", "8", "--seeds", "0", "--epochs", "2", "--mixes",
+                                "saturated"],
+         ["### Mix `saturated`", "| GRESO + Est paper |", "the A/A row at"]),
         pytest.param("advantage_overhead.py", ["--prompts", "2", "--samples", "2", "--tokens", "8", "--reps", "1"],
                      ["| group_norm | 2 x 2 x 8 |"], marks=pytest.mark.slow),
     ],
@@ -858,3 +861,49 @@ def test_learning_max_digits_writes_easier_problems_and_is_part_of_the_config(lc
     b = lc.parse(["--design", "v2", "--out", str(tmp_path / "one"), "--train-size", "8", "--eval-size", "4"])
     with pytest.raises(SystemExit, match="other settings"):
         lc.check_config(b)
+
+
+@pytest.fixture(scope="module")
+def af():
+    return load("adaptive_family")
+
+
+def _rule(af, name):
+    return next(r for r in af.RULES if r.name == name)
+
+
+def test_adaptive_family_budget_and_each_rules_mechanism_by_hand(af):
+    """GRPO n=4 spends its own budget in exactly passes x prompts / batch updates; DAPO trains only groups with both
+    classes; GRESO skips nothing in the first pass (no prompt has a history) and skips in later ones; a saturated
+    prompt (p = 0 or 1) never gives a trained group with signal, under any rule."""
+    world = af.World("saturated", "wrong_longer", prompts=64, batch=16, seed=0)
+    budget = af._grpo_budget(world, 3.0)
+    grpo = af.run_rule(_rule(af, "GRPO n=4"), world, budget, dapo_cap=10)
+    assert grpo["updates"] == 3 * 64 // 16 and grpo["tokens"] == budget
+    assert grpo["trained"] == grpo["updates"] * 16
+    dapo = af.run_rule(_rule(af, "DAPO dynamic filtering n=4"), world, budget, dapo_cap=10)
+    assert dapo["share"] == 1.0 and dapo["trained"] == dapo["signal"] > 0
+    one_pass = af.run_rule(_rule(af, "GRESO + GRPO n=4"), world, af._grpo_budget(world, 1.0), dapo_cap=10)
+    assert one_pass["skipped"] == 0 and one_pass["updates"] == 64 // 16
+    later = af.run_rule(_rule(af, "GRESO + GRPO n=4"), world, budget, dapo_cap=10)
+    assert later["skipped"] > 0
+    saturated = int(((world.p0 == 0) | (world.p0 == 1)).sum())
+    assert saturated > 0
+    for rule in af.RULES:  # never trained includes every saturated prompt
+        out = af.run_rule(rule, world, budget, dapo_cap=10)
+        assert out["never"] * 64 >= saturated - 1e-9, rule.name
+        assert out["tokens"] <= budget, rule.name
+
+
+def test_adaptive_family_world_follows_its_stated_model(af):
+    """The drift: logit0 + gain x update x batch / prompts, p = 0 and 1 fixed; draws are common to every rule (the same
+    visit gives the same outcomes and lengths), and correct samples are below the pass rate's quantile."""
+    world = af.World("uniform", "wrong_longer", prompts=32, batch=8, seed=1)
+    i = int(np.argmax((world.p0 > 0.2) & (world.p0 < 0.8)))
+    expected = 1.0 / (1.0 + math.exp(-(math.log(world.p0[i] / (1 - world.p0[i])) + world.gain[i] * 12 * 8 / 32)))
+    assert world.pass_rate(i, 12) == pytest.approx(expected)
+    a, b = world.visit(i, 2, 5), world.visit(i, 2, 5)
+    assert a == b
+    outcomes, lengths = world.visit(i, 0, 0)
+    assert len(outcomes) == af.STREAM and all(af.MIN_LEN <= x <= af.MAX_LEN for x in lengths)
+    assert abs(sum(outcomes) / len(outcomes) - world.p0[i]) < 0.15  # 256 Bernoulli draws: sd <= 0.031
