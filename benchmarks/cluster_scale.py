@@ -490,6 +490,36 @@ def growth(summary: list, setting: str) -> list:
     return out
 
 
+UPSTREAM_TARGET, FIXED_N_TARGET, GROWTH_TARGET = 0.5, 1.5, 1.1  # per step; exponent against generated samples
+
+
+def per_step_targets(summary: list) -> list:
+    """At every shape: Reinforce-Ada's trainer CPU seconds per step against upstream GRPO's (target at most
+    UPSTREAM_TARGET x) and against the project's fixed-n GRPO's (at most FIXED_N_TARGET x), each with the A/A
+    control's own ratio to upstream; and the advantage step's seconds."""
+    lines = []
+    for prompts, n in sorted({(m["prompts"], m["n"]) for m in summary}):
+        at = {m["setting"]: m for m in summary if (m["prompts"], m["n"]) == (prompts, n)}
+        up, fixed, aa = at.get("upstream GRPO"), at.get("project GRPO (fixed n)"), at.get("upstream GRPO (A/A)")
+        ada = [m for name, m in at.items() if name.startswith("Reinforce-Ada")]
+        if not (up and fixed and ada):
+            continue
+        parts = []
+        for m in ada:
+            r_up, r_fixed = m["cpu"] / up["cpu"], m["cpu"] / fixed["cpu"]
+            parts.append(f"{m['setting']} {m['cpu']:.1f} s: {r_up:.2f}x upstream "
+                         f"({'met' if r_up <= UPSTREAM_TARGET else 'not met'}), {r_fixed:.2f}x fixed n "
+                         f"({'met' if r_fixed <= FIXED_N_TARGET else 'not met'})")
+        control = f"; A/A {aa['cpu'] / up['cpu']:.2f}x upstream" if aa else ""
+        lines.append(f"- {prompts}x{n}, trainer CPU seconds per step (targets: at most {UPSTREAM_TARGET}x upstream "
+                     f"GRPO's {up['cpu']:.1f} s, at most {FIXED_N_TARGET}x the project's fixed-n GRPO's "
+                     f"{fixed['cpu']:.1f} s): " + "; ".join(parts) + control + ".")
+        lines.append(f"- {prompts}x{n}, the advantage step (returns and advantages of the trained batch), seconds: "
+                     + "; ".join(f"{m['setting']} {m['advantages_s']:.3f}" for m in [fixed] + ada)
+                     + f" against upstream's {up['advantages_s']:.3f}.")
+    return lines
+
+
 def render(result: dict, summary: list, command: str, note: str = "") -> str:
     loads = sorted(float(r["load"][0]) for r in result["rows"])
     lines = [
@@ -533,44 +563,23 @@ def render(result: dict, summary: list, command: str, note: str = "") -> str:
             f"| {m['peak_rss_mb']:.0f} | {m['trained_mb']:.0f} | {m['held_by_generator_mb']:.2f} | "
             f"{m['bytes_to_engines_per_sample']:.0f} | {m['tokenizers_unpickled']:.0f} | {m['ray_calls']:.0f} | "
             f"{m['waits']:.0f} | {m.get('calls_ratio_per_sample', float('nan')):.2f} |")
-    big = [m for m in summary if m["prompts"] == max(x["prompts"] for x in summary)]
-    ada = [m for m in big if m["setting"].startswith("Reinforce-Ada")]
     lines += ["", "### Targets", ""]
-    if ada:
-        worst = max(ada, key=lambda m: m.get("cpu_ratio", 0))
-        aa = [m for m in big if m["setting"].endswith("(A/A)")]
-        lines.append(
-            f"- Trainer CPU time per generated sample with Reinforce-Ada at {worst['prompts']} prompts <= 1.1x "
-            f"upstream GRPO: worst setting {worst['setting']} (n = {worst['n']}) at {worst['cpu_ratio']:.2f}x "
-            f"({'met' if worst['cpu_ratio'] <= 1.1 else 'not met'}); A/A control "
-            + ", ".join(f"{m['cpu_ratio']:.2f}x (n = {m['n']})" for m in aa) + ".")
-        grpo = {m["n"]: m for m in big if m["setting"] == "project GRPO (fixed n)"}
-        if grpo:
-            lines.append("- The same against the project's own fixed-n GRPO path (which ships the tokenizer once "
-                         "too), per generated sample: " + ", ".join(
-                             f"{m['setting']} n = {m['n']}: {m['cpu_per_sample_ms'] / grpo[m['n']]['cpu_per_sample_ms']:.2f}x"
-                             for m in ada if m["n"] in grpo) + ".")
-        up = {m["n"]: m for m in big if m["setting"] == "upstream GRPO"}
-        per_step = [m for m in big if m["n"] in up and not m["setting"].startswith("upstream")]
-        if per_step:
-            lines.append(
-                f"- Per step, trainer CPU seconds at {big[0]['prompts']} prompts (most of the trainer's work is per "
-                "trained sample, and Reinforce-Ada generates several times what it trains): " + "; ".join(
-                    f"{m['setting']} n = {m['n']}: {m['cpu']:.1f} s against upstream GRPO's {up[m['n']]['cpu']:.1f} s "
-                    f"({m['cpu'] / up[m['n']]['cpu']:.2f}x)" for m in per_step) + ".")
-            lines.append(
-                "- The advantage step (returns and advantages of the trained batch), seconds per step: " + "; ".join(
-                    f"{m['setting']} n = {m['n']}: {m['advantages_s']:.3f} s against upstream's "
-                    f"{up[m['n']]['advantages_s']:.3f} s" for m in per_step) + ".")
+    lines += per_step_targets(summary)
     held = max(m["held_by_generator_mb"] for m in summary)
     lines.append(f"- Memory held by the samples generator after a step (the trained batch handed on): at most "
                  f"{held:.2f} MB in every row (the target: nothing beyond the trained batch).")
-    for name in ("upstream GRPO", "Reinforce-Ada async", "Reinforce-Ada async --ada.cancel"):
+    for name in ("upstream GRPO", "project GRPO (fixed n)", "Reinforce-Ada async", "Reinforce-Ada sync",
+                 "Reinforce-Ada async --ada.cancel"):
         g = growth(summary, name)
         if g:
+            widest = max((x for x in g if x[0].endswith("x4") and x[1].endswith("x4")), key=lambda x: x[2],
+                         default=None)
+            verdict = (f" (target for Reinforce-Ada, {widest[0]} -> {widest[1]}: at most {GROWTH_TARGET}: "
+                       f"{'met' if widest[4] <= GROWTH_TARGET else 'not met'})"
+                       if widest and name.startswith("Reinforce-Ada") else "")
             lines.append(f"- Growth of {name}'s step CPU time (exponent against generated samples; 1 = linear): "
                          + "; ".join(f"{a} -> {b}: samples x{gs:.1f}, CPU x{cs:.1f}, exponent {e:.2f}"
-                                     for a, b, gs, cs, e in g) + ".")
+                                     for a, b, gs, cs, e in g) + verdict + ".")
     if note:
         lines += ["", note]
     if os.path.exists(PLOT):

@@ -81,3 +81,21 @@ def test_summary_and_section(result):
     text = cs.render(res, summary, "python benchmarks/cluster_scale.py --shapes 4x4")
     assert "| 4x4 | Reinforce-Ada async --ada.cancel |" in text and "The one stand-in: generation" in text
     assert "Load average" in text
+    assert "4x4, trainer CPU seconds per step (targets: at most 0.5x upstream" in text
+
+
+def test_per_step_targets_by_hand():
+    """Seconds per step against upstream's and the fixed-n path's, each judged against its target: 4 s against 10 s
+    upstream (0.40x: met) and 3 s fixed n (1.33x: met); 6 s (0.60x, 2.00x: neither)."""
+    cs = load()
+
+    def row(setting, cpu, prompts=512):
+        return {"setting": setting, "prompts": prompts, "n": 4, "cpu": cpu, "advantages_s": 0.1}
+
+    summary = [row("upstream GRPO", 10.0), row("upstream GRPO (A/A)", 9.0), row("project GRPO (fixed n)", 3.0),
+               row("Reinforce-Ada async", 4.0), row("Reinforce-Ada sync", 6.0)]
+    lines = cs.per_step_targets(summary)
+    assert "Reinforce-Ada async 4.0 s: 0.40x upstream (met), 1.33x fixed n (met)" in lines[0]
+    assert "Reinforce-Ada sync 6.0 s: 0.60x upstream (not met), 2.00x fixed n (not met)" in lines[0]
+    assert "A/A 0.90x upstream" in lines[0]
+    assert cs.per_step_targets([row("upstream GRPO", 10.0)]) == []  # nothing to compare at that shape
