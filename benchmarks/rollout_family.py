@@ -70,7 +70,9 @@ def run_rule(session, flags, *, seed: int) -> dict:
                 m = gen.last_metrics
                 steps.append({"epoch": epoch, "wall": wall, "groups": groups_of(samples),
                               "tokens": m["ada/tokens_generated"], "samples": m["ada/samples_generated"],
-                              "skipped": m.get("ada/skipped_prompts", 0.0)})  # GRESO's skips included
+                              # Seq and Est log their skips as ada/skipped_prompts; the fixed-n path logs only
+                              # GRESO's own count
+                              "skipped": max(m.get("ada/skipped_prompts", 0.0), m.get("ada/greso_skipped", 0.0))})
             if exhausted:
                 epoch += 1
     return {"steps": steps, "load": load.samples}
@@ -164,10 +166,10 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--prompts", type=int, default=12, help="prompts in the data set (every rule, every epoch)")
+    parser.add_argument("--prompts", type=int, default=16, help="prompts in the data set (every rule, every epoch)")
     parser.add_argument("--batch", type=int, default=4, help="prompts per rollout step")
     parser.add_argument("--epochs", type=int, default=3, help="passes over the prompts per run (GRESO skips from the second)")
-    parser.add_argument("--repeats", type=int, default=2, help="runs per rule, order rotated")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per rule, order rotated")
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--base-prompts", type=int, default=24, help="prompts for the base pass rates")
     parser.add_argument("--base-samples", type=int, default=8, help="samples per prompt for the base pass rates")
@@ -177,12 +179,15 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                                       "docs", "benchmarks.md"))
     parser.add_argument("--no-write", action="store_true", help="print only; leave the docs file alone")
+    parser.add_argument("--note", default="", help="a paragraph added to the section (what the run showed beyond the "
+                                                   "table, what else ran)")
     args = parser.parse_args(argv)
     if args.from_json:
         with open(args.from_json) as f:
             result = json.load(f)
     else:
         result = run_benchmark(args)
+        result["command"] = " ".join(["python benchmarks/rollout_family.py", *argv])
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(result, f)
@@ -194,10 +199,10 @@ def main(argv=None) -> int:
 
         body = "\n\n".join([
             "## The adaptive-sampling family on a real model",
-            f"`python benchmarks/rollout_family.py {' '.join(argv)}` on "
+            f"`{result.get('command', 'python benchmarks/rollout_family.py')}` on "
             f"{_report.machine(f'torch {torch.__version__}', f'vllm {vllm.__version__}')}, {time.strftime('%Y-%m-%d')}.",
             *(par.replace("\n", " ") for par in __doc__.split("\n\n", 2)[2].split("\n\nWrites")[0].split("\n\n")),
-            table])
+            table, *([args.note] if args.note else [])])
         _report.update_section(os.path.abspath(args.out), SECTION, body)
     return 0
 
