@@ -23,8 +23,8 @@ from transformers import AutoTokenizer
 import openrlhf_ada.trainer.ppo_utils.round_loop as round_loop
 from openrlhf_ada.algorithms.history import EpochRecord
 from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool
-from openrlhf_ada.launcher import parse_args
 from openrlhf_ada.cpu.kv_cache import engine_kwargs
+from openrlhf_ada.launcher import parse_args
 from openrlhf_ada.trainer.metrics_log import read_metrics
 from openrlhf_ada.trainer.ppo_utils.loader_state import LoaderWithSamplerState
 from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from openrlhf_ada.cli.train_local import parse_local_args
-from openrlhf_ada.launcher import parse_args
 from openrlhf_ada.compatibility import BY_KEY, REFUSALS
+from openrlhf_ada.launcher import parse_args
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "compatibility.md"

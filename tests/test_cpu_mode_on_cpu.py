@@ -12,8 +12,8 @@ import textwrap
 
 import pytest
 
-from openrlhf_ada.launcher import parse_args
 from openrlhf_ada.cpu import patches as cpu_compat
+from openrlhf_ada.launcher import parse_args
 
 BASE = ["--actor.model_name_or_path", "m", "--reward.remote_url", "openrlhf_ada/rewards/toy.py",
         "--rollout.n_samples_per_prompt", "4", "--algo.advantage.estimator", "group_norm"]

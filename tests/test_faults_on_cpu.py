@@ -18,9 +18,9 @@ from openrlhf.trainer.ppo_trainer import compute_eval_metrics
 from openrlhf.trainer.ppo_utils.experience import Experience, split_experience_batch
 from transformers import AutoTokenizer
 
-from openrlhf_ada.launcher import parse_args
 from openrlhf_ada.cpu.kv_cache import engine_kwargs
 from openrlhf_ada.data.checks import check_prompt_file
+from openrlhf_ada.launcher import parse_args
 from openrlhf_ada.trainer.metrics_log import read_metrics
 from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
 from openrlhf_ada.trainer.ray.vllm_engine import GuardedRolloutRayActor

@@ -10,11 +10,11 @@ import json
 from hashlib import sha256
 
 import pytest
+from test_est_on_cpu import LABELS, argv
 
 from openrlhf_ada.cli.train_local import parse_local_args
 from openrlhf_ada.cli.train_local import run as train_local
 from openrlhf_ada.trainer.metrics_log import read_metrics
-from test_est_on_cpu import LABELS, argv
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -15,8 +15,8 @@ import pytest
 import ray
 from transformers import AutoTokenizer
 
-from openrlhf_ada.launcher import parse_args
 from openrlhf_ada.cpu.kv_cache import engine_kwargs
+from openrlhf_ada.launcher import parse_args
 from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
 
 pytestmark = pytest.mark.slow

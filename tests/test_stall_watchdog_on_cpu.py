@@ -22,8 +22,8 @@ import ray
 from transformers import AutoTokenizer
 
 from openrlhf_ada.args import ENGINE_TIMEOUT_FLOOR, SLOW_DECODE_TOKENS_PER_S, fault_config
-from openrlhf_ada.launcher import parse_args
 from openrlhf_ada.cpu.kv_cache import engine_kwargs
+from openrlhf_ada.launcher import parse_args
 from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
 from openrlhf_ada.trainer.ppo_utils.stall_watch import StallWatch
 from openrlhf_ada.trainer.ray.vllm_engine import GuardedRolloutRayActor

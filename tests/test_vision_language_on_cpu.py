@@ -20,9 +20,9 @@ import pytest
 import torch
 from PIL import Image
 
-from openrlhf_ada.data.prepare import image_to_data_uri
 from openrlhf_ada.cli.train_local import parse_local_args
 from openrlhf_ada.cli.train_local import run as train_local
+from openrlhf_ada.data.prepare import image_to_data_uri
 from openrlhf_ada.trainer.metrics_log import read_metrics
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]

@@ -28,8 +28,8 @@ from openrlhf_ada.cpu.patches import use_cpu_mode_without_cuda
 use_cpu_mode_without_cuda()  # before anything imports openrlhf: on a machine without CUDA, the CPU mode
 
 # isort: split
-from openrlhf_ada.launcher import parse_args, with_setup_hook  # noqa: E402
 from openrlhf_ada.data.loading import load_prompts, overlap_warning  # noqa: E402
+from openrlhf_ada.launcher import parse_args, with_setup_hook  # noqa: E402
 from openrlhf_ada.trainer.local_setup import local_config, validate_local, write_run_config  # noqa: E402
 from openrlhf_ada.trainer.ray.local_engine import engine_kv_cache, start_engine, stop_engine  # noqa: E402
 
