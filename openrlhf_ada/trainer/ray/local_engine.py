@@ -40,6 +40,11 @@ def start_engine(args, config: LocalConfig, kv=None):
     from openrlhf_ada.trainer.ray.vllm_engine import GuardedRolloutRayActor
 
     common["request_seeds"] = config.request_seeds
+    max_model_len = config.max_model_len or args.data.max_len
+    if config.request_seeds:  # on CPU: whole prefills (a seeded request's generator cannot be rewound there)
+        from openrlhf_ada.cpu.seeded_prefill import seeded_request_kwargs
+
+        common.update(seeded_request_kwargs(max_model_len))
     gpu = torch.cuda.is_available()
     if args.data.max_images_per_prompt > 0:  # as upstream's create_vllm_engines: images per prompt, and the image
         common.update(limit_mm_per_prompt={"image": args.data.max_images_per_prompt},  # tokens vLLM expands itself
@@ -51,7 +56,7 @@ def start_engine(args, config: LocalConfig, kv=None):
     return GuardedRolloutRayActor.options(num_cpus=config.engine_cpus, num_gpus=1 if gpu else 0).remote(
         model=args.actor.model_name_or_path, dtype="bfloat16" if gpu else "float32", enforce_eager=not gpu,
         num_gpus=1 if gpu else 0, gpu_memory_utilization=config.gpu_memory_utilization,
-        max_model_len=config.max_model_len or args.data.max_len, distributed_executor_backend="uni", **common)
+        max_model_len=max_model_len, distributed_executor_backend="uni", **common)
 
 
 def image_pad_token_ids(model: str) -> set:
