@@ -45,7 +45,7 @@ sys.path.insert(0, REPO)
 import learning_designs as designs  # noqa: E402
 import learning_report as reports  # noqa: E402
 from learning_designs import DESIGNS, TEMPLATES  # noqa: E402
-from learning_runs import read_rows, run_dir, step_row, summarize_run  # noqa: E402
+from learning_runs import last_error, read_rows, run_dir, step_row, summarize_run  # noqa: E402
 
 from openrlhf_ada.analysis import plan_rules  # noqa: E402
 
@@ -312,8 +312,9 @@ def attempt_run(a, name: str, seed: int, model: str, train: str, heldout: str, i
     with open(os.path.join(folder, "wall_seconds.jsonl"), "a", encoding="utf-8") as f:
         f.write(json.dumps({"start": t0, "seconds": time.time() - t0, "returncode": proc.returncode}) + "\n")
     if proc.returncode != 0:
-        print(f"[learning {index}/{total}] {name} seed {seed}: train_local exited with {proc.returncode}; see "
-              f"{folder}/train.log (rerun to continue it)", flush=True)
+        log = os.path.join(folder, "train.log")
+        print(f"[learning {index}/{total}] {name} seed {seed}: train_local exited with {proc.returncode}: "
+              f"{last_error(log)}; the whole output: {log} (rerun to continue it)", flush=True)
         return None
     summary = summarize_run(folder, name, seed)
     if not summary["evaluations"] or summary["steps"] < a.updates and summary["tokens"] < (a.budget or math.inf):
@@ -394,7 +395,9 @@ def measure_base(a, model: Optional[str], train: str, heldout: str) -> dict:
         end_leftovers(marker)
         rows = read_rows(folder)
         if code != 0 or not rows:
-            raise SystemExit(f"[learning] base model measurement failed: see {folder}/train.log")
+            log = os.path.join(folder, "train.log")
+            raise SystemExit(f"[learning] base model measurement failed (exit {code}): {last_error(log)}; the whole "
+                             f"output: {log}")
         metrics = {k: v for k, v in rows[0].items() if k.startswith("eval/") or k == "timing/eval"}
         metrics["seconds"] = time.time() - t0
         with open(done, "w", encoding="utf-8") as f:

@@ -11,12 +11,27 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 from typing import Dict, List
 
 
 def run_dir(a, name: str, seed: int) -> str:
     return os.path.join(a.out, "runs", f"{name}_seed{seed}")
+
+
+ERROR_LINE = re.compile(r"^(?:\(\w+ pid=\d+\)\s*)?(?:[\w.]+\.)?\w*(?:Error|Exception)\b.*")
+
+
+def last_error(log_path: str) -> str:
+    """The last exception line of a log (e.g. "RuntimeError: CPU Generator does not use offset"), for the error a
+    failed child process reports; "no exception line in the log" when there is none or no log."""
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as f:
+            lines = [line.strip() for line in f if ERROR_LINE.match(line.strip())]
+    except OSError:
+        lines = []
+    return lines[-1][:300] if lines else "no exception line in the log"
 
 
 def read_rows(folder: str) -> List[dict]:

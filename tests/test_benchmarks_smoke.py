@@ -907,3 +907,21 @@ def test_adaptive_family_world_follows_its_stated_model(af):
     outcomes, lengths = world.visit(i, 0, 0)
     assert len(outcomes) == af.STREAM and all(af.MIN_LEN <= x <= af.MAX_LEN for x in lengths)
     assert abs(sum(outcomes) / len(outcomes) - world.p0[i]) < 0.15  # 256 Bernoulli draws: sd <= 0.031
+
+
+def test_learning_failure_message_carries_the_last_exception_line(tmp_path):
+    """A failed run's message names its root cause, not only its log: the last exception line, an engine process's
+    prefixed one included; a log without one says so."""
+    load("learning_comparison")
+    runs = sys.modules["learning_runs"]
+    log = tmp_path / "train.log"
+    log.write_text("Traceback (most recent call last):\n  File x.py, line 1\nValueError: first\n"
+                   "(EngineCore pid=6545) RuntimeError: CPU Generator does not use offset\n"
+                   "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.\n"
+                   "Generate samples:   0%|          | 0/32\n")
+    assert runs.last_error(str(log)) == "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue."
+    log.write_text("(EngineCore pid=1) RuntimeError: CPU Generator does not use offset\nbye\n")
+    assert runs.last_error(str(log)) == "(EngineCore pid=1) RuntimeError: CPU Generator does not use offset"
+    log.write_text("all fine\n")
+    assert runs.last_error(str(log)) == "no exception line in the log"
+    assert runs.last_error(str(tmp_path / "missing.log")) == "no exception line in the log"
