@@ -25,6 +25,7 @@ from learning_runs import difficulty_counts, finished_runs, read_rows, run_dir, 
 
 from openrlhf_ada.analysis import learning_stats as stats
 from openrlhf_ada.analysis import plan_rules
+from openrlhf_ada.analysis.power import detectable_effect
 
 ALPHA = 0.05  # the family-wise error rate of the last design's primary tests (Holm)
 
@@ -562,6 +563,22 @@ def seq_checks(a, runs: List[dict]) -> Dict[int, dict]:
     return out
 
 
+def _seeds_text(a, rules) -> str:
+    """Rule 3's seeds as planned and as rule 5 left them, and what that many pairs detect at the planning sd."""
+    design = len(a.design.seeds)
+    text = (f"{rules.planned_seeds} planned, cut to {design} by rule 5's amendment (written before seed 2 ran)"
+            if design < rules.planned_seeds else f"{design} planned")
+    listed = ", ".join(map(str, a.seeds))
+    text += f" ({listed})" if tuple(a.seeds) == tuple(a.design.seeds) else f"; this report reads seeds {listed}"
+    n = len(a.seeds)
+    if n >= 2:
+        text += (f"; at the planning sd {rules.planning_sd:g}, {n} pairs detect "
+                 f"{detectable_effect(rules.planning_sd, n, rules.alpha, rules.power):.4f} with "
+                 f"{rules.power:.0%} power, and have power {stats.power_at(0.04, rules.planning_sd, n, rules.alpha):.2f}"
+                 " at +0.04")
+    return text
+
+
 def report_seq_vs_grpo(a, base: Optional[dict], train: str, heldout: str) -> str:
     """The current design's report: the plan's rules as met, each run, the primary test and the secondaries."""
     d, rules = a.design, a.design.rules
@@ -611,7 +628,7 @@ def report_seq_vs_grpo(a, base: Optional[dict], train: str, heldout: str) -> str
                     "residual nondeterminism of a run)" if None not in ends else "")
         lines.append(f"2. A/A control: {check['why']}{residual}.")
     pairs = sorted(set(s for (n, s) in by if n == ref) & set(s for (n, s) in by if n == other))
-    lines.append(f"3. Seeds: {len(a.seeds)} planned ({', '.join(map(str, a.seeds))}); {len(pairs)} finished pairs.")
+    lines.append(f"3. Seeds: {_seeds_text(a, rules)}; {len(pairs)} finished pairs.")
     seen = run_order_seen(a, runs)
     if seen:
         lines.append("4. Order, as run: " + ", ".join(f"{n} {s}" for n, s in seen) + ".")

@@ -107,6 +107,23 @@ def test_values_at_tokens_is_measured_not_interpolated():
 
 
 # -- the runner: order, gates and report ---------------------------------------------------------------------------
+def test_rule_5_amendment_by_hand(ld):
+    """The A/A runs took 1620.2 s each (27.0 min against the plan's 19: x 1.42 > 1.1), so Seq's 22 min scale to
+    31.3 and a pair to 58.3 min; the base model took 584.7 s and the A/A 54.0 min: 63.8 min spent; seed 1's GRPO run
+    is done: floor((420 - 63.8 + 27.0) / 58.3) = floor(6.58) = 6 seeds. At the planning sd 0.034, 6 pairs: the
+    normal approximation (1.96 + 0.84) x 0.034 / sqrt 6 = 0.039 is a floor, t with 5 degrees of freedom
+    (2.571 + 0.920) x 0.034 / sqrt 6 = 0.0485 about the value."""
+    rules = ld.SEQ_VS_GRPO.rules
+    assert rules.planned_seeds == 9 and ld.SEQ_VS_GRPO.seeds == (1, 2, 3, 4, 5, 6)
+    timing = plan_rules.time_rule([1620.18 / 60, 1620.17 / 60], dict(rules.minutes), "grpo", rules.tolerance,
+                                  rules.hours, 584.66 / 60 + 2 * 27.0, 9)
+    assert not timing["ok"] and timing["fit"] == 6
+    assert plan_rules.time_rule([27.0, 27.0], dict(rules.minutes), "grpo", 1.1, 7.0, 63.8, 6)["ok"]
+    from openrlhf_ada.analysis.power import detectable_effect
+
+    assert 0.039 < detectable_effect(rules.planning_sd, 6) < 0.050
+
+
 def test_order_follows_rule_4(lc, ld):
     order = lc.seq_vs_grpo_order(ld.SEQ_VS_GRPO, [1, 2, 3])
     assert order == [("grpo", 1), ("grpo_repeat", 1), ("ada", 1), ("ada", 2), ("grpo", 2), ("grpo", 3), ("ada", 3)]
@@ -121,7 +138,7 @@ def test_design_flags_are_the_plans(lc, ld, tmp_path):
 
     d = ld.SEQ_VS_GRPO
     assert (d.train_size, d.eval_size, d.max_digits, d.updates, d.eval_at_tokens, d.seeds) == (
-        32, 200, 1, 24, 12000, tuple(range(1, 10)))
+        32, 200, 1, 24, 12000, tuple(range(1, 7)))
     assert d.setting("grpo").flags == ("--rollout.n_samples_per_prompt", "4") == d.setting("grpo_repeat").flags
     assert d.setting("ada").flags == ("--rollout.n_samples_per_prompt", "4", "--ada.enable", "--ada.mode", "balance",
                                       "--ada.baseline", "pool", "--ada.round_size", "4", "--ada.max_rounds", "2")
@@ -215,7 +232,8 @@ def test_report_by_hand(lc, lr, tmp_path):
     assert "2. A/A control: step 1 of the A/A pair: generated_tokens 100.0 and 100.0, reward_mean 0.2 and 0.2: equal" \
         in body and "a difference of +0.0100" in body
     assert "avg@4 0.0500 to 0.0500 over 7 runs (all equal: the evaluation's draws are shared)" in body
-    assert "3. Seeds: 3 planned (1, 2, 3); 3 finished pairs." in body
+    assert ("3. Seeds: 9 planned, cut to 6 by rule 5's amendment (written before seed 2 ran); this report reads seeds "
+            "1, 2, 3; at the planning sd 0.034, 3 pairs detect ") in body and "; 3 finished pairs." in body
     assert "5. Machine time: the A/A runs took 2.0 min on average against the plan's 19" in body
     assert "6. Mechanism: Seq engaged in 3 of 3 finished" in body
     row = next(line for line in body.splitlines() if line.startswith("| Reinforce-Ada balance | 2 |"))
@@ -261,7 +279,7 @@ def test_runner_stops_at_rule_1_before_any_run(lc, tmp_path, capsys):
 
 def test_runner_stops_after_a_failed_aa_pair_and_a_slow_one(lc, tmp_path, capsys):
     """The A/A pair finished, its step-1 tokens differ: the next run (Seq seed 1) does not start. With equal draws
-    but 23-minute runs, 7 seeds fit 7 hours: with the plan's 9 the runner stops for the amendment."""
+    but 23-minute runs, 7 seeds fit 7 hours: with 9 seeds the runner stops for the amendment."""
     a, train, heldout = _design(lc, tmp_path, aa_tokens=101.0)
     shutil.rmtree(lc.run_dir(a, "ada", 1))
     model = tmp_path / "model"
@@ -275,7 +293,7 @@ def test_runner_stops_after_a_failed_aa_pair_and_a_slow_one(lc, tmp_path, capsys
     assert lc.gate(a, base, "grpo_repeat", 1) is None  # the A/A pair itself is not gated by its own outcome
     slow, _, _ = _design(lc, tmp_path / "slow", seconds=23 * 60.0)
     nine = lc.parse(["--design", "seq_vs_grpo", "--model", slow.model, "--out", slow.out, "--updates", "2", "--train-size", "8",
-                     "--eval-size", "4", "--eval-at-tokens", "150"])
+                     "--eval-size", "4", "--eval-at-tokens", "150", "--seeds", "1,2,3,4,5,6,7,8,9"])
     held = lc.gate(nine, lc.measure_base(nine, None, train, heldout), "ada", 1)
     # spent 46 + 2 = 48 min: 7 seeds fit (test_time_rule_by_hand)
     assert held.startswith("rule 5:") and "cut the seeds to 7" in held

@@ -68,7 +68,7 @@ def time_rule(aa_minutes: Sequence[float], estimates: Mapping[str, float], refer
     if over:
         why += (f"; at that rate a pair takes {pair:.1f} min and, with {spent_minutes:.1f} min spent, {fit} seeds fit "
                 f"{hours:g} hours")
-        why += (": the plan's seeds still fit" if ok else
+        why += (f": the plan's {planned_seeds} seeds fit" if ok else
                 f", fewer than the plan's {planned_seeds}: the design stops; cut the seeds to {fit} in a commit before "
                 "seed 2 runs, and the report states the effect the smaller design can detect")
     return {"ok": ok, "ratio": ratio, "measured": measured, "fit": fit, "pair_minutes": pair, "why": why}
