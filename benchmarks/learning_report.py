@@ -563,6 +563,24 @@ def seq_checks(a, runs: List[dict]) -> Dict[int, dict]:
     return out
 
 
+def _projection(a, runs: List[dict], ref: str, other: str, spent_hours: float, budget_hours: float) -> str:
+    """The design's machine time if each run still to come takes its setting's mean so far (the reference's mean
+    counts the A/A repeat)."""
+    minutes = {name: [r["process_seconds"] / 60 for r in runs if r.get("process_seconds")
+                      and (r["setting"] == name or (name == ref and r["setting"] in a.design.extra_settings))]
+               for name in (ref, other)}
+    done = {(r["setting"], r["seed"]) for r in runs}
+    todo = [(n, s) for s in a.seeds for n in (ref, other) if (n, s) not in done]
+    if not todo:
+        return ""
+    if any(not minutes[n] for n, _ in todo):
+        return " No run of each setting yet to project the rest from."
+    left = sum(statistics.fmean(minutes[n]) for n, _ in todo) / 60
+    means = ", ".join(f"{label(a, n)} {statistics.fmean(m):.1f} min" for n, m in minutes.items())
+    return (f" At each setting's mean run so far ({means}), the {len(todo)} runs to come take {left:.2f} hours: "
+            f"{spent_hours + left:.2f} in all, against the plan's {budget_hours:g}.")
+
+
 def _seeds_text(a, rules) -> str:
     """Rule 3's seeds as planned and as rule 5 left them, and what that many pairs detect at the planning sd."""
     design = len(a.design.seeds)
@@ -641,7 +659,8 @@ def report_seq_vs_grpo(a, base: Optional[dict], train: str, heldout: str) -> str
     if runs:
         hours = sum(r.get("process_seconds", 0.0) for r in runs) / 3600
         base_hours = sum(p.get("seconds", 0.0) for p in (base or {}).values()) / 3600
-        lines.append(f"   The {len(runs)} finished runs took {hours:.2f} hours, the base model {base_hours:.2f}.")
+        lines.append(f"   The {len(runs)} finished runs took {hours:.2f} hours, the base model {base_hours:.2f}."
+                     + _projection(a, runs, ref, other, hours + base_hours, rules.hours))
     seq = seq_checks(a, runs)
     engaged = [c["engaged"] for c in seq.values()]
     lines.append(f"6. Mechanism: Seq engaged in {sum(e is True for e in engaged)} of {len(engaged)} finished "
