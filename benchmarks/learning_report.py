@@ -646,7 +646,7 @@ def report_seq_vs_grpo(a, base: Optional[dict], train: str, heldout: str) -> str
                     "residual nondeterminism of a run)" if None not in ends else "")
         lines.append(f"2. A/A control: {check['why']}{residual}.")
     pairs = sorted(set(s for (n, s) in by if n == ref) & set(s for (n, s) in by if n == other))
-    lines.append(f"3. Seeds: {_seeds_text(a, rules)}; {len(pairs)} finished pairs.")
+    lines.append(f"3. Seeds: {_seeds_text(a, rules)}; {_pairs(len(pairs))} finished.")
     seen = run_order_seen(a, runs)
     if seen:
         lines.append("4. Order, as run: " + ", ".join(f"{n} {s}" for n, s in seen) + ".")
@@ -711,8 +711,9 @@ def report_seq_vs_grpo(a, base: Optional[dict], train: str, heldout: str) -> str
         lines += ["No finished pair yet.", ""]
     else:
         lines.append("- per seed: " + ", ".join(f"{s}: {v:+.4f}" for s, v in sorted(diff["values"].items())))
-        interval = (f"[{test['low']:+.4f}, {test['high']:+.4f}]" if test["low"] is not None else "(no interval)")
-        lines.append(f"- mean {test['mean']:+.4f} {interval} (95% t interval, {_pairs(test['n'])}), p "
+        interval = (f"[{test['low']:+.4f}, {test['high']:+.4f}] (95% t interval, {_pairs(test['n'])})"
+                    if test["low"] is not None else f"(no interval from {_pairs(test['n'])})")
+        lines.append(f"- mean {test['mean']:+.4f} {interval}, p "
                      f"{_num(test['p'], '.4f')}, sd of the differences {_num(test['sd'], '.4f')}")
         if test["detectable"] is not None:
             power = stats.power_at(0.04, test["sd"], test["n"], rules.alpha)

@@ -247,7 +247,7 @@ def test_report_by_hand(lc, lr, tmp_path):
         in body and "a difference of +0.0100" in body
     assert "avg@4 0.0500 to 0.0500 over 7 runs (all equal: the evaluation's draws are shared)" in body
     assert ("3. Seeds: 9 planned, cut to 6 by rule 5's amendment (written before seed 2 ran); this report reads seeds "
-            "1, 2, 3; at the planning sd 0.034, 3 pairs detect ") in body and "; 3 finished pairs." in body
+            "1, 2, 3; at the planning sd 0.034, 3 pairs detect ") in body and "; 3 pairs finished." in body
     assert "5. Machine time: the A/A runs took 2.0 min on average against the plan's 19" in body
     assert "6. Mechanism: Seq engaged in 3 of 3 finished" in body
     row = next(line for line in body.splitlines() if line.startswith("| Reinforce-Ada balance | 2 |"))
