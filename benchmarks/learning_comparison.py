@@ -16,8 +16,8 @@ interrupted and tried again when it fails, the engine processes it left behind e
 
 Order. `v2`: stage after stage (its `stages`, or `--settings A,B;C`), within a stage seed by seed with the settings
 rotated by seed. `seq_vs_grpo` (its rule 4): the A/A pair (GRPO seed 1 twice), then seeds 1-6 (9 planned; rule 5
-cut them), each seed's two runs back to back, GRPO first on odd seeds and Seq on even ones. Its rules: the base model's pool pass rate must lie in
-[0.10, 0.70] before any training run (rule 1); the A/A pair's step-1 metrics must be equal (rule 2) and its run
+cut them), each seed's two runs back to back, GRPO first on odd seeds and Seq on even ones. Its rules: the base
+model's pool pass rate must lie in [0.10, 0.70] before any training run (rule 1); the A/A pair's step-1 metrics must be equal (rule 2) and its run
 minutes within 1.1 times the plan's estimate, or the seeds must still fit 7 hours (rule 5), before any run after
 the A/A. A rule that fails stops the invocation with what to amend; the next invocation checks it again.
 Not part of CI (`tests/test_benchmarks_smoke.py` runs a tiny configuration).
@@ -414,11 +414,14 @@ def pool_check(a, base: dict) -> dict:
     return plan_rules.pool_rule(base["train_sampled"]["eval/accuracy"], low, high)
 
 
+def is_done(a, name: str, seed: int) -> bool:
+    return os.path.isfile(os.path.join(run_dir(a, name, seed), "done.json"))
+
+
 def done_summary(a, name: str, seed: int) -> Optional[dict]:
-    path = os.path.join(run_dir(a, name, seed), "done.json")
-    if not os.path.isfile(path):
+    if not is_done(a, name, seed):
         return None
-    with open(path) as f:
+    with open(os.path.join(run_dir(a, name, seed), "done.json")) as f:
         return json.load(f)
 
 
@@ -620,8 +623,7 @@ def main(argv=None) -> int:
     try:
         for i, (name, seed) in enumerate(order, 1):
             if a.stop_after and i > 1 and time.time() - started >= a.stop_after * 3600:
-                stopped = [f"{n} seed {s}" for n, s in order[i - 1:]
-                           if not os.path.isfile(os.path.join(run_dir(a, n, s), "done.json"))]
+                stopped = [f"{n} seed {s}" for n, s in order[i - 1:] if not is_done(a, n, s)]
                 if stopped:
                     break
             held = gate(a, base, name, seed)
@@ -633,7 +635,7 @@ def main(argv=None) -> int:
         print("[learning] interrupted; the same command continues where it stopped", flush=True)
         return 130
     reports.report(a, base, train, heldout)
-    finished = sum(os.path.isfile(os.path.join(run_dir(a, n, s), "done.json")) for n, s in order)
+    finished = sum(is_done(a, n, s) for n, s in order)
     print(f"[learning] {finished} of {len(order)} runs finished; this invocation ran "
           f"{(time.time() - started) / 60:.0f} min; report: {a.doc}", flush=True)
     if held is not None:

@@ -566,9 +566,11 @@ def seq_checks(a, runs: List[dict]) -> Dict[int, dict]:
 def _projection(a, runs: List[dict], ref: str, other: str, spent_hours: float, budget_hours: float) -> str:
     """The design's machine time if each run still to come takes its setting's mean so far (the reference's mean
     counts the A/A repeat)."""
-    minutes = {name: [r["process_seconds"] / 60 for r in runs if r.get("process_seconds")
-                      and (r["setting"] == name or (name == ref and r["setting"] in a.design.extra_settings))]
-               for name in (ref, other)}
+    minutes: Dict[str, List[float]] = {ref: [], other: []}
+    for r in runs:
+        name = ref if r["setting"] in a.design.extra_settings else r["setting"]
+        if name in minutes and r.get("process_seconds"):
+            minutes[name].append(r["process_seconds"] / 60)
     done = {(r["setting"], r["seed"]) for r in runs}
     todo = [(n, s) for s in a.seeds for n in (ref, other) if (n, s) not in done]
     if not todo:
