@@ -125,16 +125,15 @@ def test_rule_5_amendment_by_hand(ld):
 
 
 def test_report_projects_the_machine_time_from_the_runs_so_far(lc, lr):
-    """GRPO seed 1 and its A/A repeat took 27 min each, Seq seed 1 31.5: with seeds 1-2 the runs to come are GRPO
-    and Seq seed 2, 27 + 31.5 = 58.5 min = 0.975 h; with 1.59 h spent that is 2.565 h in all."""
+    """GRPO seed 1 and its A/A repeat took 27 min each, Seq seed 1 33: with seeds 1-2 the runs to come are GRPO
+    and Seq seed 2, 27 + 33 = 60 min = 1.00 h; with 1.59 h spent that is 2.59 h in all."""
     a = lc.parse(["--design", "seq_vs_grpo", "--seeds", "1,2"])
     runs = [{"setting": "grpo", "seed": 1, "process_seconds": 27 * 60.0},
             {"setting": "grpo_repeat", "seed": 1, "process_seconds": 27 * 60.0},
-            {"setting": "ada", "seed": 1, "process_seconds": 31.5 * 60.0}]
+            {"setting": "ada", "seed": 1, "process_seconds": 33 * 60.0}]
     text = lr._projection(a, runs, "grpo", "ada", 1.59, 7.0)
-    assert "GRPO n=4 27.0 min, Reinforce-Ada balance 31.5 min" in text
-    assert "the 2 runs to come take 0.97 hours: 2.56 in all, against the plan's 7." in text or \
-        "the 2 runs to come take 0.98 hours: 2.57 in all, against the plan's 7." in text, text
+    assert "GRPO n=4 27.0 min, Reinforce-Ada balance 33.0 min" in text
+    assert "the 2 runs to come take 1.00 hours: 2.59 in all, against the plan's 7." in text, text
     assert lr._projection(a, runs[:2], "grpo", "ada", 1.0, 7.0) == " No run of each setting yet to project the rest from."
 
 
