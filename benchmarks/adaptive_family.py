@@ -42,6 +42,7 @@ Writes its section of docs/benchmarks.md (between `<!-- BEGIN adaptive_family --
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -95,6 +96,7 @@ RULES: List[Rule] = [
     Rule("GRESO + Est paper", "est", greso=True),
 ]
 AA = "GRPO n=4 (A/A)"
+REFERENCE = RULES[0]  # GRPO n=4: its tokens in `--epochs` passes are every rule's budget
 
 
 class World:
@@ -144,8 +146,9 @@ def _group(outcomes: Sequence[float]) -> tuple:
     return pos, len(outcomes) - pos
 
 
-def run_rule(rule: Rule, world: World, budget: float, dapo_cap: int) -> Dict:
-    """Training steps of `world.batch` slots until the next would pass `budget` generated tokens."""
+def run_rule(rule: Rule, world: World, budget: float, dapo_cap: int, max_updates: Optional[int] = None) -> Dict:
+    """Training steps of `world.batch` slots until the next would pass `budget` generated tokens (or, with
+    `max_updates`, after that many steps)."""
     shift = 1 if rule.name == AA else 0
     est_history = est = None
     if rule.kind == "est":
@@ -168,7 +171,7 @@ def run_rule(rule: Rule, world: World, budget: float, dapo_cap: int) -> Dict:
         cursor += 1
         return int(world.order(epoch)[pos]), epoch
 
-    while True:
+    while max_updates is None or updates < max_updates:
         step_tokens, step, step_skipped = 0, [], 0  # step: (prompt, generated outcomes, trained outcomes)
         slots = []
         while len(slots) < world.batch:  # the step's prompts; GRESO skips before rollout
@@ -251,8 +254,7 @@ def run(mixes: Sequence[str], seeds: Sequence[int], prompts: int, batch: int, ep
     for mix in mixes:
         for seed in seeds:
             world = World(mix, lengths, prompts, batch, seed)
-            # the budget: what GRPO n=4 generates in `epochs` passes (its steps are the same in every pass)
-            budget = _grpo_budget(world, epochs)
+            budget = grpo_budget(world, epochs)
             order = RULES[seed % len(RULES):] + RULES[:seed % len(RULES)]  # rotating order (no state is shared)
             for rule in order:
                 start = time.process_time()
@@ -262,18 +264,11 @@ def run(mixes: Sequence[str], seeds: Sequence[int], prompts: int, batch: int, ep
     return rows
 
 
-def _grpo_budget(world: World, epochs: float) -> float:
+def grpo_budget(world: World, epochs: float) -> float:
+    """Every rule's token budget: what GRPO n=4 generates in `epochs` passes over the data (its own run, stopped
+    after that many steps)."""
     steps = int(round(epochs * world.prompts / world.batch))
-    tokens, cursor, visits = 0, 0, np.zeros(world.prompts, dtype=int)
-    for update in range(steps):
-        for _ in range(world.batch):
-            epoch, pos = divmod(cursor, world.prompts)
-            cursor += 1
-            i = int(world.order(epoch)[pos])
-            _, lengths = world.visit(i, int(visits[i]), update)
-            visits[i] += 1
-            tokens += sum(lengths[:N])
-    return float(tokens)
+    return float(run_rule(REFERENCE, world, math.inf, dapo_cap=0, max_updates=steps)["tokens"])
 
 
 def _cell(values: Sequence[float], fmt: str) -> str:

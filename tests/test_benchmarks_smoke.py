@@ -873,17 +873,25 @@ def _rule(af, name):
 
 
 def test_adaptive_family_budget_and_each_rules_mechanism_by_hand(af):
-    """GRPO n=4 spends its own budget in exactly passes x prompts / batch updates; DAPO trains only groups with both
-    classes; GRESO skips nothing in the first pass (no prompt has a history) and skips in later ones; a saturated
-    prompt (p = 0 or 1) never gives a trained group with signal, under any rule."""
+    """The budget is the lengths of the first 4 samples of every prompt visit in 3 passes, summed by hand; GRPO n=4
+    spends it in exactly passes x prompts / batch updates; DAPO trains only groups with both classes; GRESO skips
+    nothing in the first pass (no prompt has a history) and skips in later ones; a saturated prompt (p = 0 or 1)
+    never gives a trained group with signal, under any rule."""
     world = af.World("saturated", "wrong_longer", prompts=64, batch=16, seed=0)
-    budget = af._grpo_budget(world, 3.0)
+    budget = af.grpo_budget(world, 3.0)
+    by_hand, visits = 0.0, {}
+    for epoch in range(3):
+        for pos, i in enumerate(world.order(epoch)):
+            update = (epoch * 64 + pos) // 16  # the step this visit is in
+            by_hand += sum(world.visit(int(i), visits.get(int(i), 0), update)[1][:4])
+            visits[int(i)] = visits.get(int(i), 0) + 1
+    assert budget == by_hand
     grpo = af.run_rule(_rule(af, "GRPO n=4"), world, budget, dapo_cap=10)
     assert grpo["updates"] == 3 * 64 // 16 and grpo["tokens"] == budget
     assert grpo["trained"] == grpo["updates"] * 16
     dapo = af.run_rule(_rule(af, "DAPO dynamic filtering n=4"), world, budget, dapo_cap=10)
     assert dapo["share"] == 1.0 and dapo["trained"] == dapo["signal"] > 0
-    one_pass = af.run_rule(_rule(af, "GRESO + GRPO n=4"), world, af._grpo_budget(world, 1.0), dapo_cap=10)
+    one_pass = af.run_rule(_rule(af, "GRESO + GRPO n=4"), world, af.grpo_budget(world, 1.0), dapo_cap=10)
     assert one_pass["skipped"] == 0 and one_pass["updates"] == 64 // 16
     later = af.run_rule(_rule(af, "GRESO + GRPO n=4"), world, budget, dapo_cap=10)
     assert later["skipped"] > 0
