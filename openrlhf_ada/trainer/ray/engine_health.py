@@ -44,7 +44,7 @@ def probe_engines(engines, timeout: float) -> Tuple[list, List[str]]:
         except Exception as e:  # noqa: BLE001 - any failure to answer means the engine can take no more work
             said = str(getattr(e, "cause", None) or e)  # a RayTaskError's own first line is only its header
             lost.append(f"rollout engine {i} of {len(engines)} ({engine}): {type(e).__name__}: "
-                        f"{said.splitlines()[0][:300] if said else ''}")
+                        f"{said.splitlines()[0][:1000] if said else ''}")
     return alive, lost
 
 

@@ -14,7 +14,9 @@
 - with `request_seeds=True` (the single-machine trainer's `--local.request_seeds`), every request sampled with its
   own seed from (seed, step, prompt tokens, k) (`request_seeds.py`), set per step by `reseed`: the runs of one seed
   share their draws where their sampling is the same, and a seeded evaluation draws the same samples for the same
-  weights. Without it vLLM keeps the one seed it started with, as upstream's engines do.
+  weights. Without it vLLM keeps the one seed it started with, as upstream's engines do;
+- an engine core that fails, at start-up or later, raising an error that carries what the engine core logged as it
+  failed (engine_errors.py), where vLLM's own says "see above".
 The cluster launcher points upstream's `vllm_engine.RolloutRayActor` at this class, so create_vllm_engines builds it.
 
 Streaming. Upstream's `generate_responses` runs a prompt's samples as asyncio tasks of its executor
@@ -45,9 +47,10 @@ import os
 import ray
 from openrlhf.trainer.ray.vllm_engine import RolloutRayActor
 from openrlhf.utils.agent import SingleTurnAgentExecutor
+from vllm.v1.engine.exceptions import EngineDeadError
 
 from openrlhf_ada.args import FaultConfig
-from openrlhf_ada.trainer.ray.engine_errors import engine_start_errors
+from openrlhf_ada.trainer.ray.engine_errors import EngineErrorLog
 from openrlhf_ada.trainer.ray.request_seeds import RequestSeeds
 from openrlhf_ada.trainer.ray.reward_guard import GuardedRewardExecutor
 from openrlhf_ada.trainer.ray.weight_sync import reload_weights_from_file
@@ -156,14 +159,12 @@ class _GuardedRolloutRayActor(RolloutRayActor.__ray_actor_class__):
 
     async def __init__(self, *args, reward_timeout=None, request_seeds=False, **kwargs):
         self.seeds = RequestSeeds(kwargs.get("seed", 0)) if request_seeds else None
+        self.engine_errors = EngineErrorLog()  # what the engine core logs as it fails, for this actor's errors
         try:
-            with engine_start_errors() as errors:
+            with self.engine_errors.named_for_new_processes():
                 await super().__init__(*args, **kwargs)
         except Exception as e:
-            if not errors:
-                raise
-            raise RuntimeError(f"the vLLM engine for {kwargs.get('model')!r} failed to start: "
-                               + "; ".join(errors)) from e
+            self.engine_errors.reraise_with_cause(e, f"the vLLM engine for {kwargs.get('model')!r} failed to start")
         self.executor = guard_executor(self.executor, kwargs.get("remote_rm_url"), reward_timeout_from_env(reward_timeout))
         self._streams = {}  # group id -> {task: (request index, _Progress)}
 
@@ -172,8 +173,12 @@ class _GuardedRolloutRayActor(RolloutRayActor.__ray_actor_class__):
         `request_seeds` the request's own seed."""
         if self.seeds is not None:
             sampling_params = with_seed(sampling_params, self.seeds.next(prompt_token_ids))
-        return await super().generate(prompt_token_ids, without_placeholders(sampling_params, self._mm_pad_token_ids),
-                                      multi_modal_data=multi_modal_data)
+        try:
+            return await super().generate(prompt_token_ids, without_placeholders(sampling_params,
+                                                                                 self._mm_pad_token_ids),
+                                          multi_modal_data=multi_modal_data)
+        except EngineDeadError as e:
+            self.engine_errors.reraise_with_cause(e, "the vLLM engine core died")
 
     async def load_weights_from_file(self, path: str) -> None:
         await self.llm.collective_rpc(reload_weights_from_file, args=(path,))
@@ -189,8 +194,12 @@ class _GuardedRolloutRayActor(RolloutRayActor.__ray_actor_class__):
             await self.llm.reset_encoder_cache()
 
     async def check_health(self) -> None:
-        """Raises when the vLLM engine core inside this actor has died (the actor itself may still answer)."""
-        await self.llm.check_health()
+        """Raises when the vLLM engine core inside this actor has died (the actor itself may still answer), with what
+        the engine core logged as it failed."""
+        try:
+            await self.llm.check_health()
+        except EngineDeadError as e:
+            self.engine_errors.reraise_with_cause(e, "the vLLM engine core died")
 
     async def reseed(self, epoch: int, seed=None) -> None:
         """With `request_seeds`: start a step (counters restart, seeds from this epoch and `seed`, None: the engine's
