@@ -17,8 +17,8 @@ interrupted and tried again when it fails, the engine processes it left behind e
 Order. `v2`: stage after stage (its `stages`, or `--settings A,B;C`), within a stage seed by seed with the settings
 rotated by seed. `seq_vs_grpo` (its rule 4): the A/A pair (GRPO seed 1 twice), then seeds 1-6 (9 planned; rule 5
 cut them), each seed's two runs back to back, GRPO first on odd seeds and Seq on even ones. Its rules: the base
-model's pool pass rate must lie in [0.10, 0.70] before any training run (rule 1); the A/A pair's step-1 metrics must be equal (rule 2) and its run
-minutes within 1.1 times the plan's estimate, or the seeds must still fit 7 hours (rule 5), before any run after
+model's pool pass rate must lie in [0.10, 0.70] before any training run (rule 1); the A/A pair's step-1 metrics
+must be equal (rule 2) and its run minutes within 1.1 times the plan's estimate, or the seeds must still fit 7 hours (rule 5), before any run after
 the A/A. A rule that fails stops the invocation with what to amend; the next invocation checks it again.
 Not part of CI (`tests/test_benchmarks_smoke.py` runs a tiny configuration).
 """
@@ -241,8 +241,7 @@ def run_one(a, name: str, seed: int, model: str, train: str, heldout: str, index
             started: float) -> Optional[dict]:
     """One run to its budget (or resumed to it), tried again from its last checkpoint up to --retries times when
     train_local fails (e.g. a worker killed when a shared machine runs low on memory); returns its summary, or None."""
-    folder = run_dir(a, name, seed)
-    done = os.path.join(folder, "done.json")
+    done = done_path(a, name, seed)
     if os.path.isfile(done):
         print(f"[learning {index}/{total}] {name} seed {seed}: finished earlier ({done})", flush=True)
         with open(done) as f:
@@ -269,8 +268,7 @@ def attempt_run(a, name: str, seed: int, model: str, train: str, heldout: str, i
                 started: float) -> Optional[dict]:
     from openrlhf_ada.trainer.checkpoint_dir import find_checkpoint
 
-    folder = run_dir(a, name, seed)
-    done = os.path.join(folder, "done.json")
+    folder, done = run_dir(a, name, seed), done_path(a, name, seed)
     os.makedirs(folder, exist_ok=True)
     resume = find_checkpoint(os.path.join(folder, "ckpt")) is not None
     argv = train_argv(a, name, seed, model, train, heldout, resume)
@@ -414,14 +412,18 @@ def pool_check(a, base: dict) -> dict:
     return plan_rules.pool_rule(base["train_sampled"]["eval/accuracy"], low, high)
 
 
+def done_path(a, name: str, seed: int) -> str:
+    return os.path.join(run_dir(a, name, seed), "done.json")
+
+
 def is_done(a, name: str, seed: int) -> bool:
-    return os.path.isfile(os.path.join(run_dir(a, name, seed), "done.json"))
+    return os.path.isfile(done_path(a, name, seed))
 
 
 def done_summary(a, name: str, seed: int) -> Optional[dict]:
     if not is_done(a, name, seed):
         return None
-    with open(os.path.join(run_dir(a, name, seed), "done.json")) as f:
+    with open(done_path(a, name, seed)) as f:
         return json.load(f)
 
 

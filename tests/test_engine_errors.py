@@ -10,6 +10,7 @@ messages are written out by hand.
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import textwrap
@@ -100,4 +101,4 @@ def test_processes_started_outside_the_block_record_nothing_and_the_folder_goes_
     with pytest.raises(EngineDeadError):
         asyncio.run(dead_actor(log).check_health())
     log.close()
-    assert not __import__("os").path.exists(folder)
+    assert not os.path.exists(folder)
