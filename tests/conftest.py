@@ -140,35 +140,42 @@ class ShmWatch:
     """`watch()`: the vLLM shared-memory segments (/dev/shm/psm_*) there now; `watch(since)`: those that appeared since
     and stay behind with no live process mapping them (waiting up to 15 s for killed engine processes to go).
 
-    Only segments that a process under this test process mapped count: with the suite in two test processes
-    (`pytest -n 2`), the other one's engines create and leave segments meanwhile. A thread records this process
-    tree's mappings every second while the watch is open; an engine lives far longer than that."""
+    Only segments that a process under `roots()` (default: this test process) mapped count: with the suite in two
+    test processes (`pytest -n 2`), the other one's engines create and leave segments meanwhile. A thread records
+    the mappings of those process trees every second while the watch is open (`seen`); an engine lives far longer
+    than that."""
 
-    def __init__(self):
+    def __init__(self, roots=lambda: [os.getpid()]):
         import threading
 
-        self.seen, self._stop = set(), threading.Event()
+        self.roots, self.seen, self._stop = roots, set(), threading.Event()
         self._thread = threading.Thread(target=self._watch, name="shm-watch", daemon=True)
         self._thread.start()
 
-    def _watch(self):
+    def _record(self):
         from openrlhf_ada.cpu.shm_leftovers import mapped_segments
 
+        roots = self.roots()
+        if roots:
+            self.seen.update(mapped_segments(roots))
+
+    def _watch(self):
         while not self._stop.wait(1.0):
-            self.seen.update(mapped_segments([os.getpid()]))
+            self._record()
 
     def __call__(self, since=None, wait=15.0):
-        from openrlhf_ada.cpu.shm_leftovers import mapped_segments, orphans, segments
+        from openrlhf_ada.cpu.shm_leftovers import orphans, segments
 
         if since is None:
             return segments()
-        self.seen.update(mapped_segments([os.getpid()]))
+        self._record()
         _wait_until_unmapped(since, wait)
         return [path for path in orphans(since) if path in self.seen]
 
     def close(self):
         self._stop.set()
         self._thread.join()
+        self._record()
 
 
 @pytest.fixture
@@ -232,26 +239,37 @@ def refused(capsys):
 def _shm_orphans_removed_per_module():
     """Tests kill engines with ray.kill, which leaves vLLM's shared memory (/dev/shm, ~0.2 GB each) behind: after
     each module, the segments it created that no live process maps are removed, so they do not add up to GBs of RAM
-    over the suite (openrlhf_ada.cpu.shm_leftovers)."""
+    over the suite (openrlhf_ada.cpu.shm_leftovers). With the suite in two test processes, the segments that the
+    other one's processes mapped stay: that test process removes its own, and a test of its may check that its run
+    removed them itself (taking them first once failed such a check)."""
     from openrlhf_ada.cpu.shm_leftovers import remove_orphans, segments
 
     since = segments()
+    theirs = ShmWatch(roots=_other_test_process_roots)
     yield
     _wait_until_unmapped(since, 10.0)  # killed engines' processes may still be exiting
-    remove_orphans(since)
+    theirs.close()
+    remove_orphans(since | theirs.seen)
+
+
+def _other_test_process_roots() -> list:
+    """The other test processes of this run (`pytest -n 2`: this worker's siblings under the controller); none when
+    the suite runs in one process."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return []
+    import psutil
+
+    try:
+        return [p.pid for p in psutil.Process(os.getppid()).children() if p.pid != os.getpid()]
+    except psutil.Error:  # the controller is gone: the run is ending
+        return []
 
 
 def _other_test_processes() -> set:
-    """The processes of the other test processes of this run (`pytest -n 2`: this worker's siblings under the
-    controller, and everything under them); none when the suite runs in one process."""
+    """The processes of the other test processes of this run, and everything under them."""
     from openrlhf_ada.cpu.shm_leftovers import process_tree
 
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        return set()
-    import psutil
-
-    siblings = [p.pid for p in psutil.Process(os.getppid()).children() if p.pid != os.getpid()]
-    return process_tree(siblings)
+    return process_tree(_other_test_process_roots())
 
 
 def _wait_until_unmapped(since, wait):
