@@ -18,8 +18,8 @@ Order. `v2`: stage after stage (its `stages`, or `--settings A,B;C`), within a s
 rotated by seed. `seq_vs_grpo` (its rule 4): the A/A pair (GRPO seed 1 twice), then seeds 1-6 (9 planned; rule 5
 cut them), each seed's two runs back to back, GRPO first on odd seeds and Seq on even ones. Its rules: the base
 model's pool pass rate must lie in [0.10, 0.70] before any training run (rule 1); the A/A pair's step-1 metrics
-must be equal (rule 2) and its run minutes within 1.1 times the plan's estimate, or the seeds must still fit 7 hours (rule 5), before any run after
-the A/A. A rule that fails stops the invocation with what to amend; the next invocation checks it again.
+must be equal (rule 2) and its run minutes within 1.1 times the plan's estimate, or the seeds must still fit 7 hours
+(rule 5), before any run after the A/A. A rule that fails stops the invocation with what to amend; the next invocation checks it again.
 Not part of CI (`tests/test_benchmarks_smoke.py` runs a tiny configuration).
 """
 

@@ -237,8 +237,8 @@ def test_seeded_requests_with_whole_prefills_run_on_cpu_and_draw_the_same_sample
 
     script = tmp_path / "seeded_prefill.py"
     script.write_text(textwrap.dedent(SEEDED_PREFILL_SCRIPT))
-    proc = subprocess.run([sys.executable, str(script), tiny_llama_path, json.dumps(SEEDED_PROMPTS)], capture_output=True, text=True,
-                          timeout=200, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = subprocess.run([sys.executable, str(script), tiny_llama_path, json.dumps(SEEDED_PROMPTS)],
+                          capture_output=True, text=True, timeout=200, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
     assert lines, proc.stdout[-3000:] + proc.stderr[-6000:]
     assert json.loads(lines[-1][len("RESULT "):]) == {"same": True, "n": 48}, proc.stderr[-3000:]

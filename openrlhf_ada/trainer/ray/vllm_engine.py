@@ -173,10 +173,9 @@ class _GuardedRolloutRayActor(RolloutRayActor.__ray_actor_class__):
         `request_seeds` the request's own seed."""
         if self.seeds is not None:
             sampling_params = with_seed(sampling_params, self.seeds.next(prompt_token_ids))
+        sampling_params = without_placeholders(sampling_params, self._mm_pad_token_ids)
         try:
-            return await super().generate(prompt_token_ids, without_placeholders(sampling_params,
-                                                                                 self._mm_pad_token_ids),
-                                          multi_modal_data=multi_modal_data)
+            return await super().generate(prompt_token_ids, sampling_params, multi_modal_data=multi_modal_data)
         except EngineDeadError as e:
             self.engine_errors.reraise_with_cause(e, "the vLLM engine core died")
 
