@@ -8,6 +8,8 @@
 - `dockerfile/Dockerfile` installs exactly setup.py's GPU_PINS (the `gpu` extra); the comparison itself is
   tested on deliberately wrong pin sets.
 - Every shell script is executable and passes `bash -n`; docker_run.sh is run against a stub `docker`.
+- The train scripts share examples/scripts/common.sh (sourced from the script's own folder); what each hands to
+  `ray job submit`, word for word, is checked against a record by tests/test_script_argv.py.
 """
 
 from __future__ import annotations
@@ -310,8 +312,38 @@ def test_train_script_header(script):
         header.append(line)
     assert len(header) >= 5, "a comment header says what the script trains and with which settings"
     assert "set -euo pipefail" in lines
+    sourced = sourced_files(script)
+    lines += [line for path in sourced for line in path.read_text().splitlines()]
     for variable in DUMMY:
-        assert any(line.startswith(f"{variable}=") for line in lines), f"{variable} is set at the top"
+        assert any(line.startswith(f"{variable}=") for line in lines), \
+            f"{variable} is set at the top of {script.name} or of what it sources ({[p.name for p in sourced]})"
+
+
+_SOURCE = re.compile(r'^(?:source|\.) "\$\(dirname "\$\{BASH_SOURCE\[0\]\}"\)/([^"]+)"$')
+
+
+def sourced_files(script: Path) -> list[Path]:
+    """The files `script` sources from its own folder (`source "$(dirname "${BASH_SOURCE[0]}")/NAME"`)."""
+    found = []
+    for line in script.read_text().splitlines():
+        match = _SOURCE.match(line.strip())
+        if match:
+            path = script.parent / match.group(1)
+            assert path.is_file(), f"{script.name} sources {match.group(1)}, which is not beside it"
+            found.append(path)
+    return found
+
+
+def test_the_shared_script_is_sourced_not_run(tmp_path):
+    """examples/scripts/common.sh holds what the train_*.sh scripts share; its name keeps it out of TRAIN_SCRIPTS,
+    every train script sources it from its own folder, and run on its own it stops before submitting anything."""
+    common = SCRIPTS_DIR / "common.sh"
+    assert common not in TRAIN_SCRIPTS and common in ALL_SCRIPTS
+    assert all(sourced_files(script) == [common] for script in TRAIN_SCRIPTS)
+    _stub(tmp_path / "bin", "ray", "exit 0\n")
+    proc = subprocess.run(["bash", str(common)], env=_clean_env(tmp_path, RUN_NAME="x"), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1 and "sourced by the train_*.sh scripts" in proc.stderr
 
 
 # --- Dockerfile pins == setup.py GPU_PINS -------------------------------------------------------------------------

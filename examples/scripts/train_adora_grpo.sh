@@ -9,128 +9,22 @@
 #   ADORA on top: every prompt group's final advantages are multiplied by its weight: 1.0 (boost) when its
 #   longest correct answer is longer than its average non-truncated wrong answer, else 0.1 (lam); variant llm
 #   (no correct answer -> lam); a sample is correct when the verifier's score is > 0.5.
-# Where
-#   One node, NUM_GPUS GPUs shared by actor, reference and vLLM (--train.colocate_all, vLLM and DeepSpeed sleep
-#   between phases), DeepSpeed ZeRO-3, bf16, one vLLM engine per VLLM_TP GPUs.
-# Reward
-#   REWARD_FILE: a Python file with reward_func(queries, prompts, labels) -> {"rewards", "scores", "extra_logs"};
-#   it runs inside every vLLM engine. Relative paths are resolved in the uploaded working_dir (this repository).
-# Data
-#   DATA: a JSON/JSONL file or HF dataset with the puzzle under INPUT_KEY and its solution under LABEL_KEY
-#   (the fields reasoning-gym's knights_knaves generator writes: question / answer).
+# Where, reward, data
+#   common.sh: one node of NUM_GPUS GPUs shared by actor, reference and vLLM, ZeRO-3; the Knights-and-Knaves
+#   DATA and REWARD_FILE; MODEL, DATA, REWARD_FILE, NUM_GPUS, NUM_NODES, SAVE_PATH, ... from the environment.
 #
 # Usage: start Ray first (`ray start --head --num-gpus 8`), then
 #   bash examples/scripts/train_adora_grpo.sh [extra launcher flags, e.g. --adora.lam 0.2]
-# Every variable below can be set from the environment (MODEL=... NUM_GPUS=4 bash ...).
-# The flags are checked against the real 0.11.2 parser by tests/test_scripts_and_docker.py.
 set -euo pipefail
 
-REPO_DIR="${REPO_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}"
-MODEL="${MODEL:-Qwen/Qwen2.5-7B-Instruct-1M}"
-DATA="${DATA:-data/kk/train.jsonl}"
-INPUT_KEY="${INPUT_KEY:-question}"
-LABEL_KEY="${LABEL_KEY:-answer}"
-REWARD_FILE="${REWARD_FILE:-openrlhf_ada/rewards/kk.py}"
-NUM_NODES="${NUM_NODES:-1}"
-NUM_GPUS="${NUM_GPUS:-8}"          # GPUs per node
-VLLM_TP="${VLLM_TP:-1}"            # tensor parallel size of one vLLM engine
-WANDB_TOKEN="${WANDB_TOKEN:-}"     # wandb logging only when set
-WANDB_PROJECT="${WANDB_PROJECT:-openrlhf-ada}"
 RUN_NAME="${RUN_NAME:-adora_grpo_kk}"
-SAVE_PATH="${SAVE_PATH:-${REPO_DIR}/runs/${RUN_NAME}}"   # on a shared file system for more than one node
-RAY_ADDRESS="${RAY_ADDRESS:-http://127.0.0.1:8265}"
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-# Colocated vLLM needs exactly one engine GPU per actor GPU (upstream's train() asserts it).
-VLLM_ENGINES=$((NUM_NODES * NUM_GPUS / VLLM_TP))
-
-CLUSTER_ARGS=(
-  --actor.num_nodes "${NUM_NODES}"
-  --actor.num_gpus_per_node "${NUM_GPUS}"
-  --ref.num_nodes "${NUM_NODES}"
-  --ref.num_gpus_per_node "${NUM_GPUS}"
-  --vllm.num_engines "${VLLM_ENGINES}"
-  --vllm.tensor_parallel_size "${VLLM_TP}"
-  --vllm.gpu_memory_utilization 0.6
-  --vllm.sync_backend nccl
-  --vllm.enforce_eager
-  --train.colocate_all
-  --vllm.enable_sleep
-  --ds.enable_sleep
-  --ds.zero_stage 3
-  --ds.param_dtype bf16
-  --ds.packing_samples
-  --actor.gradient_checkpointing_enable
-)
-
-DATA_ARGS=(
-  --actor.model_name_or_path "${MODEL}"
-  --data.prompt_dataset "${DATA}"
-  --data.input_key "${INPUT_KEY}"
-  --data.label_key "${LABEL_KEY}"
-  --data.apply_chat_template
-  --data.max_len 4608
-  --reward.remote_url "${REWARD_FILE}"
-)
-
-ROLLOUT_ARGS=(
-  --rollout.batch_size 64
-  --rollout.n_samples_per_prompt 8
-  --rollout.micro_batch_size 16
-  --rollout.max_new_tokens 4096
-  --rollout.temperature 1.0
-  --train.batch_size 512
-  --train.micro_batch_size 4
-  --train.max_epochs 1
-  --train.num_episodes 3
-  --train.seed 42
-)
-
-ALGO_ARGS=(
-  --algo.advantage.estimator group_norm
-  --algo.kl.use_loss
-  --algo.kl.estimator k3
-  --algo.kl.init_coef 1e-3
-  --actor.adam.lr 4e-7
-)
-
-ADORA_ARGS=(
-  --adora.enable
-  --adora.variant llm
-  --adora.lam 0.1
-  --adora.boost 1.0
-  --adora.positive_threshold 0.5
-)
-
-OUTPUT_ARGS=(
-  --ckpt.output_dir "${SAVE_PATH}"
-  --ckpt.path "${SAVE_PATH}/ckpt"
-  --ckpt.save_hf
-  --ckpt.save_steps 20
-  --ckpt.max_num 3
-  --logger.logging_steps 1
-)
-
-ARGS=("${CLUSTER_ARGS[@]}" "${DATA_ARGS[@]}" "${ROLLOUT_ARGS[@]}" "${ALGO_ARGS[@]}" "${ADORA_ARGS[@]}"
-      "${OUTPUT_ARGS[@]}")
-if [[ -n "${WANDB_TOKEN}" ]]; then
-  ARGS+=(--logger.wandb.key "${WANDB_TOKEN}" --logger.wandb.project "${WANDB_PROJECT}"
-         --logger.wandb.run_name "${RUN_NAME}")
-fi
-ARGS+=("$@")
-
-# Ray uploads REPO_DIR to every node (so `openrlhf_ada` and the reward file are importable there), minus the
-# excluded paths. The launcher's ray.init sets env_vars NCCL_DEBUG, TOKENIZERS_PARALLELISM and
-# RAY_ENABLE_ZERO_COPY_TORCH_TENSORS and a worker_process_setup_hook; Ray refuses to merge a job runtime_env
-# that sets any of those keys too, unless RAY_OVERRIDE_JOB_RUNTIME_ENV=1 (set here, so adding e.g.
-# "NCCL_DEBUG": "INFO" to env_vars works).
-# OPENRLHF_ADA_CPU=1 (the CPU mode, for trying the cluster path on a machine without GPUs: see README) is passed
-# on to the job.
-JOB_ENV='"RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"'
-if [[ -n "${OPENRLHF_ADA_CPU:-}" ]]; then
-  JOB_ENV+=", \"OPENRLHF_ADA_CPU\": \"${OPENRLHF_ADA_CPU}\""
-fi
-RUNTIME_ENV=$(printf '{"working_dir": "%s", "excludes": [".git", ".venv", "runs", "ckpt", "*.egg-info", ".pytest_cache", ".hypothesis"], "env_vars": {%s}}' "${REPO_DIR}" "${JOB_ENV}")
-
-ray job submit --address="${RAY_ADDRESS}" \
-  --runtime-env-json="${RUNTIME_ENV}" \
-  -- python3 -m openrlhf_ada.cli.train_ppo_ray "${ARGS[@]}"
+cluster_args --ds.packing_samples
+data_args 4608
+#         prompts  samples  rollout micro-batch  train batch  episodes
+step_args 64       8        16                   512          3
+grpo_k3_args 4e-7
+adora_args llm
+output_args 20
+submit "$@"
