@@ -645,7 +645,8 @@ def report_seq_vs_grpo(a, base: Optional[dict], train: str, heldout: str) -> str
         aa_ok = check["ok"]
         ends = [_end(r, "avg_at_k") for r in aa_runs]
         residual = (f"; final avg@{k} {ends[0]:.4f} and {ends[1]:.4f}, a difference of {ends[1] - ends[0]:+.4f} (the "
-                    "residual nondeterminism of a run)" if None not in ends else "")
+                    f"residual nondeterminism of a {label(a, first)} run; only this setting had an A/A pair)"
+                    if None not in ends else "")
         lines.append(f"2. A/A control: {check['why']}{residual}.")
     pairs = sorted(set(s for (n, s) in by if n == ref) & set(s for (n, s) in by if n == other))
     lines.append(f"3. Seeds: {_seeds_text(a, rules)}; {_pairs(len(pairs))} finished.")
@@ -739,9 +740,9 @@ def report_seq_vs_grpo(a, base: Optional[dict], train: str, heldout: str) -> str
     spread = stats.paired_vs_unpaired(finals.get(other, {}), finals.get(ref, {}))
     if spread:
         corr = "-" if spread["correlation"] is None else f"{spread['correlation']:.2f}"
-        lines.append(f"- (c) Pairing: sd of the paired differences {spread['paired_sd']:.4f} against "
-                     f"{spread['unpaired_sd']:.4f} for unpaired runs (the two settings' sds over the {spread['n']} "
-                     f"seeds combined); implied correlation of a seed's two runs {corr}.")
+        lines.append(f"- (c) Pairing: sd of the paired differences {spread['paired_sd']:.4f}; the same runs analysed "
+                     f"as if unpaired, {spread['unpaired_sd']:.4f} (the two settings' sds over the {spread['n']} "
+                     f"seeds combined; no unpaired design was run); implied correlation of a seed's two runs {corr}.")
     else:
         lines.append("- (c) Pairing: fewer than 2 pairs.")
     lines.append("")

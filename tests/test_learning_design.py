@@ -259,7 +259,7 @@ def test_report_by_hand(lc, lr, tmp_path):
     assert "first reached 150 tokens, Reinforce-Ada balance minus GRPO n=4: -0.0400 [-0.0830, +0.0030] (3 pairs)" \
         in body
     assert "(b) Greedy accuracy at 2 updates, Reinforce-Ada balance minus GRPO n=4: +0.0667 [-0.0768, +0.2101]" in body
-    assert "sd of the paired differences 0.0200 against 0.0283" in body and "implied correlation of a seed's two runs 0.50" in body
+    assert "sd of the paired differences 0.0200; the same runs analysed as if unpaired, 0.0283" in body and "implied correlation of a seed's two runs 0.50" in body
     assert "<!-- BEGIN learning_comparison_v3 -->" in (tmp_path / "learning.md").read_text()
     # fewer pairs than planned: no verdict
     a9 = lc.parse(["--design", "seq_vs_grpo", "--model", a.model, "--out", str(a.out), "--doc", str(tmp_path / "learning.md"),
