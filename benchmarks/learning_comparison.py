@@ -13,13 +13,18 @@ interrupted and tried again when it fails, the engine processes it left behind e
     python benchmarks/learning_comparison.py --design seq_vs_grpo --stop-after 7   # base, A/A, seeds 1-6
     python benchmarks/learning_comparison.py --design seq_vs_grpo --report-only    # the report from the runs
     python benchmarks/learning_comparison.py --design v2 --report-only             # the last design's report
+    python benchmarks/learning_comparison.py --design seq_vs_grpo_equal_tokens --stop-after 7   # the next design
 
 Order. `v2`: stage after stage (its `stages`, or `--settings A,B;C`), within a stage seed by seed with the settings
 rotated by seed. `seq_vs_grpo` (its rule 4): the A/A pair (GRPO seed 1 twice), then seeds 1-6 (9 planned; rule 5
 cut them), each seed's two runs back to back, GRPO first on odd seeds and Seq on even ones. Its rules: the base
 model's pool pass rate must lie in [0.10, 0.70] before any training run (rule 1); the A/A pair's step-1 metrics
 must be equal (rule 2) and its run minutes within 1.1 times the plan's estimate, or the seeds must still fit 7 hours
-(rule 5), before any run after the A/A. A rule that fails stops the invocation with what to amend; the next invocation checks it again.
+(rule 5), before any run after the A/A. `seq_vs_grpo_equal_tokens`: the Seq A/A run, then the GRPO reruns seed by
+seed, each trained on until it has generated its committed Seq run's tokens (read from the committed folder, which
+must hold the same problems and flags); before each rerun after the first, every finished rerun must equal its
+committed run at update 24 and the projected machine time must fit 7 hours. A rule that fails stops the invocation
+with what to amend; the next invocation checks it again.
 Not part of CI (`tests/test_benchmarks_smoke.py` runs a tiny configuration).
 """
 
@@ -47,6 +52,7 @@ import learning_report as reports  # noqa: E402
 from learning_designs import DESIGNS, TEMPLATES  # noqa: E402
 from learning_runs import last_error, read_rows, run_dir, step_row, summarize_run  # noqa: E402
 
+from openrlhf_ada.analysis import learning_stats as stats  # noqa: E402
 from openrlhf_ada.analysis import plan_rules  # noqa: E402
 
 REWARD_FILE = os.path.join(REPO, "openrlhf_ada", "rewards", "gym.py")
@@ -61,10 +67,12 @@ BASE_PASSES = {
 }
 
 
-def common_flags(a, avg: bool = True, training: bool = True) -> List[str]:
+def common_flags(a, avg: bool = True, training: bool = True, steps: Optional[int] = None,
+                 budget: Optional[float] = None) -> List[str]:
     """Every run's train_local flags besides model, data, output, seed and the setting's own (which set n, and may
     set the prompts per step); without avg@k when `avg` is false. A run stops at --updates updates (and at --budget
-    tokens when one is given); it is evaluated every --updates / --eval-points updates and at its end."""
+    tokens when one is given; `steps` and `budget` replace both for one run); it is evaluated every --updates /
+    --eval-points updates and at its end."""
     flags = [
         "--reward.remote_url", REWARD_FILE,
         "--data.input_key", "input", "--data.label_key", "label", "--data.apply_chat_template",
@@ -73,7 +81,8 @@ def common_flags(a, avg: bool = True, training: bool = True) -> List[str]:
         "--rollout.max_new_tokens", str(a.max_new_tokens), "--rollout.temperature", "1.0",
         "--data.max_len", str(a.max_new_tokens + 128), "--actor.adam.lr", str(a.lr),
         "--local.engine", a.engine, "--local.kv_cache_gb", str(a.kv_cache_gb),
-        "--local.max_steps", str(a.updates), "--local.max_generated_tokens", str(a.budget),
+        "--local.max_steps", str(a.updates if steps is None else steps),
+        "--local.max_generated_tokens", str(a.budget if budget is None else math.ceil(budget)),
         "--eval.temperature", "0", "--eval.n_samples_per_prompt", "1",
         *(eval_avg_flags(a) if avg else []),
         "--eval.steps", str(max(1, math.ceil(a.updates / a.eval_points))),
@@ -257,11 +266,22 @@ def run_one(a, name: str, seed: int, model: str, train: str, heldout: str, index
     return None
 
 
+def run_limits(a, name: str, seed: int) -> tuple:
+    """(updates, token budget) of one run: the design's, except the equal-token design's GRPO reruns, which run until
+    they have generated their committed Seq run's tokens (`EqualTokensRules.max_steps` updates at most)."""
+    rules = a.design.rules
+    if a.design.kind == "equal_tokens" and name == rules.rerun:
+        return rules.max_steps, reports.budgets(a)[seed]
+    return a.updates, a.budget
+
+
 def train_argv(a, name: str, seed: int, model: str, train: str, heldout: str, resume: bool) -> List[str]:
     """train_local's arguments for one run of a setting and seed (continuing from its checkpoint, or afresh)."""
+    steps, budget = run_limits(a, name, seed)
     return ["--actor.model_name_or_path", model, "--data.prompt_dataset", train, "--eval.dataset", heldout,
-            "--local.output_dir", run_dir(a, name, seed), "--train.seed", str(seed), *common_flags(a),
-            *a.design.setting(name).flags, "--ckpt.load_enable" if resume else "--local.overwrite"]
+            "--local.output_dir", run_dir(a, name, seed), "--train.seed", str(seed),
+            *common_flags(a, steps=steps, budget=budget), *a.design.setting(name).flags,
+            "--ckpt.load_enable" if resume else "--local.overwrite"]
 
 
 def attempt_run(a, name: str, seed: int, model: str, train: str, heldout: str, index: int, total: int,
@@ -315,10 +335,15 @@ def attempt_run(a, name: str, seed: int, model: str, train: str, heldout: str, i
               f"{last_error(log)}; the whole output: {log} (rerun to continue it)", flush=True)
         return None
     summary = summarize_run(folder, name, seed)
-    if not summary["evaluations"] or summary["steps"] < a.updates and summary["tokens"] < (a.budget or math.inf):
+    steps, budget = run_limits(a, name, seed)
+    if not summary["evaluations"] or summary["steps"] < steps and summary["tokens"] < (budget or math.inf):
         print(f"[learning {index}/{total}] {name} seed {seed}: ended before its last update ({summary['steps']} of "
-              f"{a.updates}); see {folder}/train.log", flush=True)
+              f"{steps}); see {folder}/train.log", flush=True)
         return None
+    if budget and budget != a.budget:  # a run's own budget: the step that crossed it (stats.budget_evaluation)
+        totals = [(r["step"], r["generated_tokens_total"]) for r in read_rows(folder) if r.get("reward_mean")
+                  is not None]
+        summary.update(budget=budget, crossing_step=stats.crossing_step(totals, budget))
     for r in record_unrecorded_attempts(folder):
         print(f"[learning {index}/{total}] {name} seed {seed}: an earlier attempt ended without recording its time "
               f"(its machine went away); counted from its load samples: {r['seconds'] / 60:.1f} min", flush=True)
@@ -342,12 +367,13 @@ def report_progress(a, folder, name, seed, index, total, started, seen) -> int:
     except ValueError:  # a line being written
         return seen
     elapsed = time.time() - started
+    steps, budget = run_limits(a, name, seed)
     for last in (r for r in rows if r.get("reward_mean") is not None and r["step"] > seen):
         evals = [r for r in rows if r.get("eval/accuracy") is not None and r["step"] <= last["step"]]
         held = f", held-out {evals[-1]['eval/accuracy']:.3f} (step {evals[-1]['step']})" if evals else ""
         tokens = last.get("generated_tokens_total", 0.0)
         print(f"[learning {index}/{total} | {elapsed / 60:.0f} min] {name} seed {seed}: step {last['step']}/"
-              f"{a.updates}, {tokens:.0f} tokens, reward {last['reward_mean']:.3f}"
+              f"{steps}, {tokens:.0f}{f' of {budget:.0f}' if budget else ''} tokens, reward {last['reward_mean']:.3f}"
               f"{held}, load {os.getloadavg()[0]:.1f}", flush=True)
         seen = last["step"]
     return seen
@@ -449,6 +475,8 @@ def gate(a, base: dict, name: str, seed: int) -> Optional[str]:
     rules = a.design.rules
     if rules is None:
         return None
+    if a.design.kind == "equal_tokens":
+        return equal_tokens_gate(a, name, seed)
     pool = pool_check(a, base)
     if not pool["ok"]:
         return f"rule 1: {pool['why']}"
@@ -461,6 +489,55 @@ def gate(a, base: dict, name: str, seed: int) -> Optional[str]:
         if not check["ok"]:
             return f"rule {check['rule']}: {check['why']}"
     return None
+
+
+# -- the equal-token design's checks ----------------------------------------------------------------------------
+def check_reuse(a) -> None:
+    """Before any run of the equal-token design: the committed folder holds the same regime (its config.json's flags
+    and settings equal this design's), the same problems (data files equal byte for byte) and, for every seed, a
+    finished Seq run whose tokens exceed its GRPO run's at the last update (so the rerun crosses the budget after the
+    reproduction point)."""
+    rules = a.design.rules
+    path = os.path.join(a.reuse, "config.json")
+    if not os.path.isfile(path):
+        raise SystemExit(f"[learning] {a.reuse}: no config.json: the committed runs this design reuses are not there")
+    with open(path) as f:
+        old = json.load(f)
+    mine = run_config(a)
+    same = {k: mine[k] for k in mine if k not in ("design", "settings", "budgets", "reuse", "max_steps")}
+    differ = sorted(k for k in same if old.get(k) != same[k])
+    for name, committed in ((rules.rerun, rules.rerun), (rules.aa_setting, rules.seq_setting)):
+        if old.get("settings", {}).get(committed) != list(a.design.setting(name).flags):
+            differ.append(f"settings.{committed}")
+    if differ:
+        raise SystemExit(f"[learning] {a.reuse} was run with other values of {', '.join(differ)}: this design reruns "
+                         "its runs with its own flags; fix the design or --reuse")
+    for data in ("train.jsonl", "eval.jsonl"):
+        with open(os.path.join(a.out, "data", data), "rb") as f, open(os.path.join(a.reuse, "data", data), "rb") as g:
+            if f.read() != g.read():
+                raise SystemExit(f"[learning] data/{data} differs from {a.reuse}'s: not the committed problems")
+    committed = reports.committed_runs(a)
+    for seed, budget in reports.budgets(a).items():
+        ref = reports.point_at(committed.get((rules.rerun, seed)), a.updates)
+        if ref is None or budget <= ref["tokens"]:
+            raise SystemExit(f"[learning] seed {seed}: the committed Seq run's {budget:.0f} tokens do not exceed its "
+                             f"GRPO run's at update {a.updates} (or that run is missing): no crossing after it")
+
+
+def equal_tokens_gate(a, name: str, seed: int) -> Optional[str]:
+    """Why the run may not start under the equal-token design's rules, or None: the Seq A/A goes first; before any
+    other run every finished rerun must equal its committed run at update 24, and the projected machine time must
+    fit."""
+    rules = a.design.rules
+    if (name, seed) == (rules.aa_setting, rules.aa_seed):
+        return None
+    committed = reports.committed_runs(a)
+    for s, check in sorted(reports.reproduction_checks(a, committed).items()):
+        if not check["ok"]:
+            return (f"reproduction: {rules.rerun} seed {s} at update {a.updates}: {check['why']}; the design stops, "
+                    "no verdict, and the plan is amended before any other run")
+    timing = reports.time_check(a, committed)
+    return None if timing["ok"] else f"time: {timing['why']}"
 
 
 # -- main --------------------------------------------------------------------------------------------------------
@@ -497,6 +574,8 @@ def parse(argv=None):
     p.add_argument("--model", default=None, help="model folder (default: SmolLM2-135M-Instruct, converted once)")
     p.add_argument("--out", default=None, help="the design's folder (default: the design's, kept in git without "
                    "checkpoints, logs and load traces)")
+    p.add_argument("--reuse", default=None, help="seq_vs_grpo_equal_tokens only: the committed runs' folder (default: "
+                   "the design's)")
     p.add_argument("--doc", default=os.path.join(REPO, "docs", "learning.md"))
     p.add_argument("--img-dir", default=os.path.join(REPO, "docs", "img"))
     p.add_argument("--grid-points", type=int, default=50, help="points of compare's common token grid (v2)")
@@ -545,11 +624,15 @@ def parse(argv=None):
         p.error("--avg-k >= 0, --avg-temperature > 0, --stop-after >= 0, --grid-points >= 2")
     a.out = os.path.abspath(a.out or os.path.join(REPO, design.out))
     a.doc, a.img_dir = os.path.abspath(a.doc), os.path.abspath(a.img_dir)
+    if a.reuse is not None and design.kind != "equal_tokens":
+        p.error(f"--reuse: the {design.name} design reuses no runs")
+    a.reuse = (os.path.abspath(a.reuse or os.path.join(REPO, design.rules.reuse)) if design.kind == "equal_tokens"
+               else None)
     return a
 
 
-def check_config(a) -> None:
-    """Runs in one --out share one configuration: refuse to mix in runs made with other settings."""
+def run_config(a) -> dict:
+    """What the runs of one --out share (its config.json)."""
     keys = ("updates", "budget", "format", "eval_points", "train_size", "eval_size", "avg_k", "avg_temperature",
             "avg_seed", "max_new_tokens", "lr", "engine", "model")
     config = {k: getattr(a, k) for k in keys}
@@ -558,6 +641,15 @@ def check_config(a) -> None:
     if a.design.kind != "v2":  # the keys the last design's config.json was written without
         config.update(design=a.design.name, eval_at_tokens=a.eval_at_tokens, request_seeds=a.request_seeds,
                       skip_base_eval=a.skip_base_eval)
+    if a.design.kind == "equal_tokens":  # the committed runs it reads, the reruns' budgets and cap
+        config.update(reuse=os.path.relpath(a.reuse, REPO), max_steps=a.design.rules.max_steps,
+                      budgets={str(s): b for s, b in reports.budgets(a).items()})
+    return config
+
+
+def check_config(a) -> None:
+    """Runs in one --out share one configuration: refuse to mix in runs made with other settings."""
+    config = run_config(a)
     path = os.path.join(a.out, "config.json")
     if os.path.isfile(path):
         with open(path) as f:
@@ -596,6 +688,8 @@ def main(argv=None) -> int:
         raise SystemExit(f"[learning] --model {a.model!r} is not a folder")
     check_config(a)
     train, heldout = prepare_data(a)
+    if a.design.kind == "equal_tokens":
+        check_reuse(a)
     if a.report_only:
         base = measure_base(a, None, train, heldout)
         reports.report(a, base, train, heldout)
@@ -612,13 +706,14 @@ def main(argv=None) -> int:
         model = smollm2_checkpoint()
     started = time.time()
     base = measure_base(a, None if a.no_base else model, train, heldout)
-    if a.design.rules is not None:
+    if a.design.kind == "seq_vs_grpo":
         pool = pool_check(a, base)
         print(f"[learning] rule 1: {pool['why']}", flush=True)
         if not pool["ok"]:
             reports.report(a, base, train, heldout)
             return 2
-    order = (seq_vs_grpo_order(a.design, a.seeds) if a.design.rules is not None else plan_order(a.stages, a.seeds))
+    order = {"seq_vs_grpo": seq_vs_grpo_order, "equal_tokens": designs.equal_tokens_order}.get(
+        a.design.kind, lambda _, seeds: plan_order(a.stages, seeds))(a.design, a.seeds)
     print(f"[learning] {len(order)} runs, in this order: {', '.join(f'{n}/{s}' for n, s in order)}; "
           f"{a.updates} updates each; out {a.out}", flush=True)
     failed, stopped, held = [], [], None
@@ -628,7 +723,7 @@ def main(argv=None) -> int:
                 stopped = [f"{n} seed {s}" for n, s in order[i - 1:] if not is_done(a, n, s)]
                 if stopped:
                     break
-            held = gate(a, base, name, seed)
+            held = None if is_done(a, name, seed) else gate(a, base, name, seed)  # a finished run is only read
             if held is not None:
                 break
             if run_one(a, name, seed, model, train, heldout, i, len(order), started) is None:

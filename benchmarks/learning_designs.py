@@ -9,7 +9,11 @@ designs live here:
   `benchmarks/results/learning_v2`: kept so that its report can be rewritten from them (`--design v2
   --report-only`);
 - `seq_vs_grpo`: the current design (docs/learning.md, "The current design"): Reinforce-Ada-Seq balance against
-  GRPO n=4 at equal updates, one primary paired test, nine seeds, the plan's rules 1-6 (`SeqVsGrpoRules`).
+  GRPO n=4 at equal updates, one primary paired test, nine seeds, the plan's rules 1-6 (`SeqVsGrpoRules`);
+- `seq_vs_grpo_equal_tokens`: the next one (docs/learning.md, "Seq against GRPO at equal generated tokens"): the
+  committed Seq runs of `seq_vs_grpo`, reused as they are, against GRPO n=4 rerun on the same seed and trained on
+  until it has generated as many tokens; a Seq A/A run first, each GRPO rerun checked against its committed run at
+  update 24 (`EqualTokensRules`).
 
 Everything a design fixes is here; the command line may only shrink it for a test (`--updates`, `--seeds`, ...),
 and a folder refuses runs made with other values (`config.json`).
@@ -18,8 +22,8 @@ and a folder refuses runs made with other values (`config.json`).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
+from dataclasses import dataclass, replace
+from typing import Dict, List, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -84,9 +88,30 @@ class SeqVsGrpoRules:
 
 
 @dataclass(frozen=True)
+class EqualTokensRules:
+    """The equal-token design's rules (docs/learning.md, "Seq against GRPO at equal generated tokens"), as numbers."""
+
+    reuse: str = os.path.join("benchmarks", "results", "learning_v3")  # the committed runs, read as they are
+    seq_setting: str = "ada"  # the committed Seq runs: the primary's Seq side, and each GRPO rerun's token budget
+    rerun: str = "grpo"  # GRPO n=4, rerun on each seed until it has generated its Seq run's tokens
+    aa_setting: str = "ada_repeat"  # the Seq A/A run: Seq seed `aa_seed` again, the first run
+    aa_seed: int = 1
+    max_steps: int = 120  # a rerun's cap on updates (5 x 24); its token budget stops it first
+    reproduced: Tuple[str, ...] = ("avg_at_k", "accuracy", "tokens")  # equal at update 24, bit for bit
+    late_steps: int = 8  # the time estimate reads the committed run's last 8 updates (two visits of the pool)
+    hours: float = 7.0  # the machine time, the machine alone
+    planning_sd: float = 0.0295  # the sd of the paired differences seq_vs_grpo observed
+    sd_interval: Tuple[float, float] = (0.018, 0.072)  # its 95% interval (chi-square, 5 degrees of freedom)
+    effect: float = 0.04  # the effect the power is stated at
+    min_pairs: int = 4  # fewer pairs than this after a cut by the time rule: no verdict
+    alpha: float = 0.05
+    power: float = 0.8
+
+
+@dataclass(frozen=True)
 class Design:
     """A design: everything its runs share. `kind` selects the report ("v2": ten tests with Holm's correction;
-    "seq_vs_grpo": one primary test and the plan's rules)."""
+    "seq_vs_grpo": one primary test and the plan's rules; "equal_tokens": one primary test against committed runs)."""
 
     name: str
     kind: str
@@ -118,7 +143,7 @@ class Design:
     base_passes: Tuple[str, ...] = ("sampled", "greedy", "train_sampled")  # see learning_comparison.BASE_PASSES
     hours: float = 6.0
     target_half_width: float = 0.03
-    rules: Optional[SeqVsGrpoRules] = None
+    rules: Optional[object] = None  # SeqVsGrpoRules or EqualTokensRules
     extra_settings: Tuple[str, ...] = ()  # settings outside the comparison (the A/A's repeat)
 
     def setting(self, name: str) -> Setting:
@@ -162,4 +187,20 @@ SEQ_VS_GRPO = Design(
     rules=SeqVsGrpoRules(),
 )
 
-DESIGNS: Dict[str, Design] = {d.name: d for d in (V2, SEQ_VS_GRPO)}
+#: the same regime and flags as SEQ_VS_GRPO (its runs are reused; every GRPO rerun must reproduce its committed run at
+#: update 24): only the GRPO reruns' length differs (`EqualTokensRules.max_steps` and each seed's token budget)
+SEQ_VS_GRPO_EQUAL_TOKENS = replace(
+    SEQ_VS_GRPO, name="seq_vs_grpo_equal_tokens", kind="equal_tokens",
+    settings=(SEQ_VS_GRPO.setting("grpo"),
+              Setting("ada_repeat", "Reinforce-Ada balance (A/A repeat)", N4 + ADA, "tab:gray")),
+    extra_settings=("ada_repeat",), out=os.path.join("benchmarks", "results", "learning_v4"),
+    section="learning_comparison_v4", image_prefix="learning_v4", base_passes=(), rules=EqualTokensRules(),
+)
+
+DESIGNS: Dict[str, Design] = {d.name: d for d in (V2, SEQ_VS_GRPO, SEQ_VS_GRPO_EQUAL_TOKENS)}
+
+
+def equal_tokens_order(design: Design, seeds) -> List[Tuple[str, int]]:
+    """The equal-token design's order: the Seq A/A run first, then the GRPO reruns seed by seed."""
+    rules = design.rules
+    return [(rules.aa_setting, rules.aa_seed)] + [(rules.rerun, seed) for seed in seeds]

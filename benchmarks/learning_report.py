@@ -4,7 +4,10 @@ docs/learning.md, from the finished runs in its folder.
 `report(a, base, train, heldout)` writes the report of `a.design`: `report_v2` for the last design (its per-run
 table, the mechanism table, the ten primary tests with Holm's correction, compare's statistics, the evaluation's
 noise, plots and commands), `report_seq_vs_grpo` for the current one (the plan's rules as they were met, the
-mechanism per run, the primary paired test, the secondaries). The numbers come from
+mechanism per run, the primary paired test, the secondaries), `report_equal_tokens` for the equal-token design (the
+committed runs it reuses, its reproduction check, the primary test at equal generated tokens, the secondaries and
+the plot of avg@k against tokens; with the inputs its runner's checks share: `committed_runs`, `budgets`,
+`reproduction_checks`, `time_check`). The numbers come from
 `openrlhf_ada.analysis.learning_stats`, `openrlhf_ada.analysis.plan_rules`, `openrlhf_ada.analysis.mechanisms` and
 `compare`; this module only lays them out.
 """
@@ -16,6 +19,7 @@ import math
 import os
 import shutil
 import statistics
+from types import SimpleNamespace
 from typing import Dict, List, Optional
 
 import learning_designs as designs
@@ -39,6 +43,8 @@ def report(a, base: Optional[dict], train: str, heldout: str) -> str:
     """The report of `a.design`, written between its markers in --doc; returns its body."""
     if a.design.kind == "seq_vs_grpo":
         return report_seq_vs_grpo(a, base, train, heldout)
+    if a.design.kind == "equal_tokens":
+        return report_equal_tokens(a, train, heldout)
     return report_v2(a, base, train, heldout)
 
 
@@ -599,19 +605,34 @@ def _seeds_text(a, rules) -> str:
     return text
 
 
+def _header(a, train: str, heldout: str) -> List[str]:
+    """The machine, the folder and the task of a one-question design's report."""
+    t = a.design.task(a.max_digits)
+    return [f"Machine: {machine()}. Measured with this script on this machine; the numbers below are from "
+            f"`{os.path.relpath(a.out, REPO)}`.", "",
+            f"Task: reasoning-gym `chain_sum`, {t['min_terms']}-{t['max_terms']} terms of {t['min_digits']}-"
+            f"{t['max_digits']} digits, at most {a.max_new_tokens} new tokens. {a.train_size} training problems "
+            f"(seed 0) {difficulty_counts(train)}; {a.eval_size} held-out problems (seed 1) "
+            f"{difficulty_counts(heldout)}, none of them a training problem (checked).", ""]
+
+
+def _commands(a) -> List[str]:
+    """The invocations that ran the design (`<out>/invocations.log`), each once, as a fenced block."""
+    lines = ["Commands (`--out` relative to the repository):", "", "```bash"]
+    log = os.path.join(a.out, "invocations.log")
+    if os.path.isfile(log):
+        with open(log, encoding="utf-8") as f:
+            lines.extend(dict.fromkeys(json.loads(line)["command"] for line in f if line.strip()))
+    return lines + ["```"]
+
+
 def report_seq_vs_grpo(a, base: Optional[dict], train: str, heldout: str) -> str:
     """The current design's report: the plan's rules as met, each run, the primary test and the secondaries."""
     d, rules = a.design, a.design.rules
     ref, other = d.reference, next(n for n in d.names if n not in (d.reference, *d.extra_settings))
     runs = finished_runs(a)
     k = a.avg_k
-    lines = [f"Machine: {machine()}. Measured with this script on this machine; the numbers below are from "
-             f"`{os.path.relpath(a.out, REPO)}`.", ""]
-    t = d.task(a.max_digits)
-    lines += [f"Task: reasoning-gym `chain_sum`, {t['min_terms']}-{t['max_terms']} terms of {t['min_digits']}-"
-              f"{t['max_digits']} digits, at most {a.max_new_tokens} new tokens. {a.train_size} training problems "
-              f"(seed 0) {difficulty_counts(train)}; {a.eval_size} held-out problems (seed 1) "
-              f"{difficulty_counts(heldout)}, none of them a training problem (checked).", ""]
+    lines = _header(a, train, heldout)
     # the rules, in the plan's order
     lines += ["**The plan's rules, as met:**", ""]
     pool = base.get("train_sampled") if base else None
@@ -746,13 +767,7 @@ def report_seq_vs_grpo(a, base: Optional[dict], train: str, heldout: str) -> str
     else:
         lines.append("- (c) Pairing: fewer than 2 pairs.")
     lines.append("")
-    lines += ["Commands (`--out` relative to the repository):", "", "```bash"]
-    log = os.path.join(a.out, "invocations.log")
-    if os.path.isfile(log):
-        with open(log, encoding="utf-8") as f:
-            commands = [json.loads(line)["command"] for line in f if line.strip()]
-        lines.extend(dict.fromkeys(commands))
-    lines.append("```")
+    lines += _commands(a)
     body = "\n".join(lines)
     update_section(a.doc, d.section, body)
     return body
@@ -761,3 +776,253 @@ def report_seq_vs_grpo(a, base: Optional[dict], train: str, heldout: str) -> str
 def _end(run: dict, key: str) -> Optional[float]:
     """The run's value of `key` at its last evaluation."""
     return run["evaluations"][-1].get(key) if run["evaluations"] else None
+
+
+
+# -- the equal-token design: the committed runs it reuses, its checks and its report ---------------------------------
+def _committed_args(a):
+    """The committed folder as `finished_runs` and `run_dir` read it."""
+    return SimpleNamespace(out=a.reuse, design=designs.SEQ_VS_GRPO)
+
+
+def committed_runs(a) -> Dict[tuple, dict]:
+    """{(setting, seed): done.json} of the committed runs the design reuses."""
+    return {(r["setting"], r["seed"]): r for r in finished_runs(_committed_args(a))}
+
+
+def budgets(a) -> Dict[int, float]:
+    """Each seed's token budget: the generated tokens of its committed Seq run (its done.json's `tokens`)."""
+    rules, committed = a.design.rules, committed_runs(a)
+    missing = [s for s in a.seeds if (rules.seq_setting, s) not in committed]
+    if missing:
+        raise SystemExit(f"[learning] {a.reuse}: no finished {rules.seq_setting} run of seed(s) {missing}: the "
+                         "design's token budgets are read from them")
+    return {s: committed[(rules.seq_setting, s)]["tokens"] for s in a.seeds}
+
+
+def point_at(run: Optional[dict], step: int) -> Optional[dict]:
+    """A run's evaluation after update `step` (None without one)."""
+    return next((e for e in run["evaluations"] if e["step"] == step), None) if run else None
+
+
+def reproduction_checks(a, committed: Dict[tuple, dict]) -> Dict[int, dict]:
+    """Each finished GRPO rerun against its committed run at update `a.updates` (`plan_rules.reproduction_rule`)."""
+    rules = a.design.rules
+    return {r["seed"]: plan_rules.reproduction_rule(point_at(r, a.updates),
+                                                    point_at(committed.get((rules.rerun, r["seed"])), a.updates),
+                                                    rules.reproduced)
+            for r in finished_runs(a) if r["setting"] == rules.rerun}
+
+
+def run_estimates(a, committed: Dict[tuple, dict]) -> Dict[tuple, dict]:
+    """Each run's estimated minutes, from its committed run: the Seq A/A takes its committed run's; a GRPO rerun
+    `plan_rules.rerun_estimate` of its committed run (its last `late_steps` updates' tokens and seconds a step)."""
+    rules = a.design.rules
+    aa = committed[(rules.seq_setting, rules.aa_seed)]
+    out = {(rules.aa_setting, rules.aa_seed): {"minutes": aa["process_seconds"] / 60.0, "crossing": a.updates,
+                                               "evaluations": 0, "extra_steps": 0}}
+    for seed, budget in budgets(a).items():
+        run = committed[(rules.rerun, seed)]
+        rows = [r for r in read_rows(run_dir(_committed_args(a), rules.rerun, seed))
+                if r.get("reward_mean") is not None][-rules.late_steps:]
+        eval_seconds = statistics.fmean(e["eval_seconds"] for e in run["evaluations"])
+        out[(rules.rerun, seed)] = plan_rules.rerun_estimate(
+            run["process_seconds"], eval_seconds, run["tokens"], statistics.fmean(r["generated_tokens"] for r in rows),
+            statistics.fmean(r["timing/step"] for r in rows), budget, a.updates, math.ceil(a.updates / a.eval_points))
+    return out
+
+
+def time_check(a, committed: Dict[tuple, dict]) -> dict:
+    """The time rule now: this design's finished runs' minutes, and the estimates of those to come, in order."""
+    runs = {(r["setting"], r["seed"]): r for r in finished_runs(a)}
+    estimates = run_estimates(a, committed)
+    order = designs.equal_tokens_order(a.design, a.seeds)
+    finished = [(runs[k]["process_seconds"] / 60.0, estimates[k]["minutes"]) for k in order if k in runs]
+    return plan_rules.equal_tokens_time_rule(sum(m for m, _ in finished), finished,
+                                             [estimates[k]["minutes"] for k in order if k not in runs],
+                                             a.design.rules.hours)
+
+
+def tokens_plot(a, runs: List[dict], base_avg: Optional[float], img_dir: str) -> str:
+    """avg@k against generated tokens at every evaluation of every run (the base model at 0 tokens), each run a
+    thin line: the committed Seq runs and the GRPO reruns, the Seq A/A dashed. Written as <prefix>_tokens.png."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(img_dir, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(8, 5))
+    seen = set()
+    for r in sorted(runs, key=lambda r: (r["label"], r["seed"])):
+        points = ([(0.0, base_avg)] if base_avg is not None else []) + [
+            (e["tokens"], e["avg_at_k"]) for e in r["evaluations"] if e.get("avg_at_k") is not None]
+        ax.plot([x for x, _ in points], [y for _, y in points], marker="o", markersize=3, linewidth=0.8, alpha=0.7,
+                color=r["color"], linestyle="--" if r.get("dashed") else "-",
+                label=r["label"] if r["label"] not in seen else None)
+        seen.add(r["label"])
+    ax.set_xlabel("generated tokens (all rounds, all samples)")
+    ax.set_ylabel(f"held-out avg@{a.avg_k}")
+    ax.set_title(f"held-out avg@{a.avg_k} against generated tokens (each line one seed)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    name = f"{a.design.image_prefix}_tokens.png"
+    fig.savefig(os.path.join(img_dir, name), dpi=110)
+    plt.close(fig)
+    return name
+
+
+def _minutes(seconds: Optional[float]) -> str:
+    return "-" if seconds is None else f"{seconds / 60:.1f}"
+
+
+def report_equal_tokens(a, train: str, heldout: str) -> str:
+    """The equal-token design's report: the committed runs it reuses, the Seq A/A, each GRPO rerun's reproduction and
+    crossing, the primary test at equal generated tokens, the secondaries and the plot; every number from the runs'
+    done.json (the time estimates also from the committed runs' metrics)."""
+    d, rules, k = a.design, a.design.rules, a.avg_k
+    committed = committed_runs(a)
+    runs = finished_runs(a)
+    by = {(r["setting"], r["seed"]): r for r in runs}
+    seq_label, ref_label = designs.SEQ_VS_GRPO.setting(rules.seq_setting).label, label(a, rules.rerun)
+    lines = _header(a, train, heldout)
+    lines += [f"Reused as they are: the committed runs in `{os.path.relpath(a.reuse, REPO)}` ({seq_label} at update "
+              f"{a.updates}: the primary's {seq_label} side and each seed's token budget; {ref_label} at update "
+              f"{a.updates}: what each rerun must reproduce). Same flags and problems (checked before any run: config "
+              "and data files equal).", "", "**The plan's rules, as met:**", ""]
+    # 1. the Seq A/A
+    aa = by.get((rules.aa_setting, rules.aa_seed))
+    if aa is None:
+        lines.append(f"1. Seq A/A ({seq_label} seed {rules.aa_seed} again): not finished yet.")
+    else:
+        check = plan_rules.reproduction_rule(point_at(aa, a.updates),
+                                             point_at(committed.get((rules.seq_setting, rules.aa_seed)), a.updates),
+                                             rules.reproduced)
+        shown = ", ".join(f"{key} {v:+.4f}" for key, v in check["differences"].items())
+        lines.append(f"1. Seq A/A ({seq_label} seed {rules.aa_seed} again) against its committed run at update "
+                     f"{a.updates}: {check['why']}; the residual nondeterminism of a Seq run: {shown or '-'} (stated, "
+                     "no rule acts on it).")
+    # 2. reproduction
+    checks = reproduction_checks(a, committed)
+    failed = sorted(s for s, c in checks.items() if not c["ok"])
+    lines.append(f"2. Reproduction: {len(checks) - len(failed)} of {len(checks)} finished {ref_label} reruns equal "
+                 f"their committed runs at update {a.updates} ({', '.join(rules.reproduced)}, bit for bit)"
+                 + (f"; **not reproduced: seed(s) {', '.join(map(str, failed))}**: the runner stopped there, and the "
+                    "primary test gets no verdict" if failed else "") + ".")
+    for s in failed:
+        lines.append(f"   Seed {s}: {checks[s]['why']}.")
+    # 3. the crossing
+    seeds_budget = budgets(a)
+    crossings = {r["seed"]: stats.budget_evaluation(r, seeds_budget[r["seed"]]) for r in runs
+                 if r["setting"] == rules.rerun}
+    bad = sorted(s for s, c in crossings.items() if not c["ok"])
+    lines.append(f"3. Crossing: {len(crossings) - len(bad)} of {len(crossings)} reruns stopped at the first step "
+                 "whose running total reached their Seq run's tokens, and were evaluated there"
+                 + "".join(f"; seed {s}: {crossings[s]['why']}" for s in bad) + ".")
+    seen = run_order_seen(a, runs)
+    lines.append("4. Order, as run: " + (", ".join(f"{n} {s}" for n, s in seen) or "no run yet") + ".")
+    timing = time_check(a, committed)
+    lines.append(f"5. Machine time: {timing['why']}.")
+    lines.append("")
+    # each seed
+    lines += [f"| seed | budget: {seq_label}'s tokens | {ref_label} at {a.updates}, committed: avg@{k} / greedy / "
+              "tokens | rerun | crossing step (tokens) | avg@" f"{k}: {seq_label} at {a.updates} | {ref_label} at "
+              f"crossing | difference | greedy: {seq_label} / {ref_label} | training min: {seq_label} / "
+              f"{ref_label} at crossing | rerun min |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    diffs = {}
+    # {what: {"seq": {seed: value}, "ref": {seed: value}}}: greedy at equal tokens, avg@k and greedy at equal time
+    second = {what: {"seq": {}, "ref": {}} for what in ("greedy", "avg_time", "greedy_time")}
+    for s in a.seeds:
+        seq, ref, rerun = committed.get((rules.seq_setting, s)), committed.get((rules.rerun, s)), by.get((rules.rerun,
+                                                                                                           s))
+        ref24 = point_at(ref, a.updates)
+        cells = [str(s), f"{seeds_budget[s]:.0f}",
+                 f"{_num(ref24 and ref24['avg_at_k'], '.4f')} / {_num(ref24 and ref24['accuracy'])} / "
+                 f"{_num(ref24 and ref24['tokens'], '.0f')}"]
+        seq24 = point_at(seq, a.updates)
+        if rerun is None:
+            lines.append("| " + " | ".join(cells + ["not run yet"] + ["-"] * 7) + " |")
+            continue
+        c, cross = checks[s], crossings[s]
+        cells.append("equal" if c["ok"] else "**" + ", ".join(c["differ"]) + " differ**")
+        e = cross["evaluation"]
+        cells.append(f"{cross['step']} ({e['tokens']:.0f})" if e else f"**{cross['why']}**")
+        cells.append(_num(seq24["avg_at_k"], ".4f"))
+        if e:
+            diffs[s] = seq24["avg_at_k"] - e["avg_at_k"]
+            second["greedy"]["seq"][s], second["greedy"]["ref"][s] = seq24["accuracy"], e["accuracy"]
+        cells += [_num(e and e["avg_at_k"], ".4f"), f"{diffs[s]:+.4f}" if s in diffs else "-",
+                  f"{_num(seq24['accuracy'])} / {_num(e and e['accuracy'])}",
+                  f"{_minutes(seq['train_seconds'])} / {_minutes(e and e['train_seconds'])}",
+                  _minutes(rerun.get("process_seconds"))]
+        lines.append("| " + " | ".join(cells) + " |")
+        for key, what in (("avg_at_k", "avg_time"), ("accuracy", "greedy_time")):
+            point = stats.interpolated_at(rerun["evaluations"], "train_seconds", seq["train_seconds"], key)
+            if point is not None:
+                second[what]["seq"][s], second[what]["ref"][s] = seq24[key], point["value"]
+    lines.append("")
+    # the primary test
+    values = [diffs[s] for s in sorted(diffs)]
+    blocked = None
+    if failed:
+        blocked = f"the reproduction check failed (seed(s) {', '.join(map(str, failed))})"
+    elif bad:
+        blocked = f"a rerun has no measured value at its budget (seed(s) {', '.join(map(str, bad))})"
+    elif len(a.seeds) < rules.min_pairs:
+        blocked = f"{len(a.seeds)} seeds, fewer than the plan's {rules.min_pairs}"
+    test = stats.primary_test(values, len(a.seeds), rules.alpha, rules.power, blocked)
+    plan = stats.planned_power(rules.effect, rules.planning_sd, rules.sd_interval, len(a.seeds), rules.alpha,
+                               rules.power)
+    lines += [f"**Primary test** (stated before the runs): d_s = avg@{k}({seq_label}, seed s, update {a.updates}; "
+              f"committed) - avg@{k}({ref_label}, seed s, at the first step whose running total reached the tokens of "
+              f"seed s's Seq run; measured there); the paired t test, two-sided, alpha {rules.alpha:g}. Planned: "
+              f"{_pairs(len(a.seeds))}; at the planning sd {rules.planning_sd:g}, power {plan['power']:.2f} at "
+              f"+{rules.effect:g}, {plan['detectable']:.4f} detected with {rules.power:.0%} power; over the sd's "
+              f"interval [{rules.sd_interval[0]:g}, {rules.sd_interval[1]:g}], power {plan['range'][0]:.2f} to "
+              f"{plan['range'][1]:.2f}.", ""]
+    if not values:
+        lines += ["No measured pair yet.", ""]
+    else:
+        lines.append("- per seed: " + ", ".join(f"{s}: {v:+.4f}" for s, v in sorted(diffs.items())))
+        interval = (f"[{test['low']:+.4f}, {test['high']:+.4f}] (95% t interval, {_pairs(test['n'])})"
+                    if test["low"] is not None else f"(no interval from {_pairs(test['n'])})")
+        lines.append(f"- mean {test['mean']:+.4f} {interval}, p {_num(test['p'], '.4f')}, sd of the differences "
+                     f"{_num(test['sd'], '.4f')}")
+        if test["detectable"] is not None:
+            lines.append(f"- the effect this test detects with {rules.power:.0%} power at the observed sd: "
+                         f"{test['detectable']:.4f} avg@{k}; its power at +{rules.effect:g}: "
+                         f"{stats.power_at(rules.effect, test['sd'], test['n'], rules.alpha):.2f}")
+        lines.append(f"- **verdict: {test['verdict']}**")
+        lines.append("")
+    # the secondaries
+    lines += ["**Secondary, without verdicts.**", ""]
+    for tag, what, key in (
+            ("a", f"avg@{k} at {seq_label}'s training time (the sum of its steps' seconds, `train_seconds`: no "
+                  f"evaluations, no start-up), {ref_label}'s interpolated linearly in its own training seconds "
+                  "between the two evaluations around it", "avg_time"),
+            ("b", f"greedy accuracy at equal generated tokens ({seq_label} at {a.updates}, {ref_label} at its "
+                  "crossing step)", "greedy"),
+            ("c", f"greedy accuracy at {seq_label}'s training time (interpolated as in (a))", "greedy_time")):
+        diff = stats.paired(second[key], "seq", "ref")
+        lines.append(f"- ({tag}) {what}, {seq_label} minus {ref_label}: "
+                     + (f"{_ci(diff, 4, True)} ({_pairs(diff['n'])})" if diff else "no pair yet") + ".")
+    plotted = [{**r, "label": f"{seq_label} (committed)", "color": designs.SEQ_VS_GRPO.setting(rules.seq_setting).color}
+               for (n, s), r in committed.items() if n == rules.seq_setting and s in a.seeds]
+    plotted += [{**r, "label": label(a, r["setting"]), "color": d.setting(r["setting"]).color,
+                 "dashed": r["setting"] == rules.aa_setting} for r in runs]
+    base = os.path.join(a.reuse, "base", "heldout", "done.json")
+    base_avg = None
+    if os.path.isfile(base):
+        with open(base) as f:
+            base_avg = json.load(f).get("eval/avg_at_k")
+    if runs:
+        image = tokens_plot(a, plotted, base_avg, a.img_dir)
+        lines.append(f"- (d) avg@{k} against generated tokens at every evaluation of every run (the base model at 0 "
+                     "tokens; each line one seed):")
+        lines += ["", f"![{image}](img/{image})"]
+    lines.append("")
+    lines += _commands(a)
+    body = "\n".join(lines)
+    update_section(a.doc, d.section, body)
+    return body

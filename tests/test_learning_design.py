@@ -331,3 +331,345 @@ def test_runner_measures_the_base_model_and_applies_rule_1_for_real(lc, tmp_path
     assert "--local.request_seeds" in command and "--local.eval_at_tokens 40" in command
     assert not (out / "runs").exists() or not os.listdir(out / "runs")
     assert "outside [0.1, 0.7]" in (tmp_path / "l.md").read_text()
+
+
+# -- the equal-token design (`--design seq_vs_grpo_equal_tokens`) ----------------------------------------------------
+V3 = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "results", "learning_v3")
+
+
+def _repo_relative(token):
+    """A committed command's token with the repository's absolute prefix dropped (the runs ran in another checkout)."""
+    for top in ("benchmarks/", "openrlhf_ada/"):
+        if f"/{top}" in token:
+            return top + token.split(f"/{top}", 1)[1]
+    return token
+
+
+def test_equal_tokens_design_is_the_committed_regime(lc, ld):
+    """Same settings, seeds, problems and evaluation as seq_vs_grpo; its own folder and report section; the Seq A/A
+    first, then the GRPO reruns seed by seed."""
+    d, v3 = ld.SEQ_VS_GRPO_EQUAL_TOKENS, ld.SEQ_VS_GRPO
+    rules = d.rules
+    assert d.kind == "equal_tokens" and d.out.endswith(os.path.join("results", "learning_v4")) and d.out != v3.out
+    assert (d.section, d.image_prefix) == ("learning_comparison_v4", "learning_v4")
+    assert rules.reuse == v3.out and rules.seq_setting == "ada" and rules.rerun == "grpo" and rules.max_steps == 120
+    assert d.setting("grpo").flags == v3.setting("grpo").flags
+    assert d.setting("ada_repeat").flags == v3.setting("ada").flags
+    for key in ("seeds", "updates", "eval_points", "eval_at_tokens", "request_seeds", "skip_base_eval", "train_size",
+                "eval_size", "max_digits", "avg_k", "avg_seed", "max_new_tokens", "lr", "engine"):
+        assert getattr(d, key) == getattr(v3, key), key
+    assert d.base_passes == () and rules.reproduced == ("avg_at_k", "accuracy", "tokens") and rules.hours == 7.0
+    assert ld.equal_tokens_order(d, [1, 2, 3]) == [("ada_repeat", 1), ("grpo", 1), ("grpo", 2), ("grpo", 3)]
+
+
+def test_a_rerun_is_its_committed_command_but_for_its_length(lc):
+    """Each GRPO rerun's train_local arguments are its committed run's (command.txt in learning_v3), but for the
+    folder, 120 updates at most and the token budget its Seq run generated; the Seq A/A's are Seq seed 1's."""
+    import shlex
+
+    a = lc.parse(["--design", "seq_vs_grpo_equal_tokens"])
+    v3 = lc.parse(["--design", "seq_vs_grpo"])
+    for name, committed, seed in [("grpo", "grpo", s) for s in range(1, 7)] + [("ada_repeat", "ada", 1)]:
+        with open(os.path.join(V3, "runs", f"{committed}_seed{seed}", "command.txt")) as f:
+            old = shlex.split(f.readline())[3:]
+        done = json.load(open(os.path.join(V3, "runs", f"ada_seed{seed}", "done.json")))
+        model = old[old.index("--actor.model_name_or_path") + 1]
+        new = lc.train_argv(a, name, seed, model, os.path.join(v3.out, "data", "train.jsonl"),
+                            os.path.join(v3.out, "data", "eval.jsonl"), resume=False)
+        new = [_repo_relative(t) for t in new]
+        expected = [_repo_relative(t) for t in old]
+        expected[expected.index("--local.output_dir") + 1] = f"benchmarks/results/learning_v4/runs/{name}_seed{seed}"
+        if name == "grpo":
+            expected[expected.index("--local.max_steps") + 1] = "120"
+            expected[expected.index("--local.max_generated_tokens") + 1] = str(int(done["tokens"]))
+        assert new == expected, (name, seed)
+
+
+def test_a_longer_run_keeps_the_24_update_schedule(lc):
+    """train_local's schedule is built over --local.max_steps (`lr_scheduler`); the design's runs use its default,
+    constant, with no warmup: a 120-update rerun's first 24 rates are the 24-update run's, and 1e-5 after them. Under
+    upstream's cosine_with_min_lr they would not be (what this test guards). The committed runs logged 1e-5 at every
+    update."""
+    import torch
+
+    from openrlhf_ada.cli.train_local import parse_local_args
+    from openrlhf_ada.trainer.local_trainer import lr_scheduler, optimizer_steps_per_step
+
+    a, v3 = lc.parse(["--design", "seq_vs_grpo_equal_tokens"]), lc.parse(["--design", "seq_vs_grpo"])
+
+    def rates(args, steps_run, schedule=None):
+        if schedule:
+            args.actor.lr_scheduler = schedule
+        optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=args.actor.adam.lr)
+        scheduler = lr_scheduler(args, optimizer, args.local.max_steps * optimizer_steps_per_step(args))
+        out = []
+        for _ in range(steps_run):
+            optimizer.step()
+            scheduler.step()
+            out.append(scheduler.get_last_lr()[0])
+        return out
+
+    longer = parse_local_args(lc.train_argv(a, "grpo", 1, V3, V3 + "/data/train.jsonl", V3 + "/data/eval.jsonl", False))
+    short = parse_local_args(lc.train_argv(v3, "grpo", 1, V3, V3 + "/data/train.jsonl", V3 + "/data/eval.jsonl", False))
+    assert (longer.local.max_steps, short.local.max_steps) == (120, 24) and longer.actor.lr_scheduler == "constant"
+    assert optimizer_steps_per_step(longer) == 1
+    assert rates(longer, 120)[:24] == rates(short, 24) and set(rates(longer, 120)) == {1e-5}
+    assert rates(longer, 24, "cosine_with_min_lr") != rates(short, 24, "cosine_with_min_lr")
+    for run in sorted(os.listdir(os.path.join(V3, "runs"))):
+        with open(os.path.join(V3, "runs", run, "metrics.jsonl")) as f:
+            logged = [json.loads(line).get("actor_lr") for line in f if line.strip()]
+        assert [x for x in logged if x is not None] == [1e-5] * 24, run
+
+
+def test_crossing_step_is_the_first_step_at_the_budget():
+    totals = [(1, 900.0), (2, 1900.0), (3, 2500.0), (4, 3100.0)]
+    assert stats.crossing_step(totals, 2500) == 3 and stats.crossing_step(totals, 2501) == 4
+    assert stats.crossing_step(totals, 1.0) == 1 and stats.crossing_step(totals, 3101) is None
+    assert stats.crossing_step(list(reversed(totals)), 2000) == 3  # by step, not by list order
+    evals = [{"step": 2, "tokens": 1900.0, "avg_at_k": 0.2}, {"step": 4, "tokens": 3100.0, "avg_at_k": 0.3}]
+    out = stats.budget_evaluation({"steps": 4, "tokens": 3100.0, "crossing_step": 4, "evaluations": evals}, 2600)
+    assert out["ok"] and out["step"] == 4 and out["evaluation"]["avg_at_k"] == 0.3
+    never = stats.budget_evaluation({"steps": 4, "tokens": 3100.0, "crossing_step": None, "evaluations": evals}, 4000)
+    assert not never["ok"] and "never reached 4000 tokens" in never["why"]
+    past = stats.budget_evaluation({"steps": 4, "tokens": 3100.0, "crossing_step": 3, "evaluations": evals}, 2400)
+    assert not past["ok"] and "ran to step 4" in past["why"]
+    unevaluated = stats.budget_evaluation({"steps": 4, "tokens": 3100.0, "crossing_step": 4,
+                                           "evaluations": evals[:1]}, 2600)
+    assert not unevaluated["ok"] and "not evaluated at its crossing step 4" in unevaluated["why"]
+
+
+def test_interpolation_at_another_runs_training_time():
+    evals = [{"step": 2, "train_seconds": 60.0, "avg_at_k": 0.20}, {"step": 6, "train_seconds": 180.0,
+                                                                       "avg_at_k": 0.26}]
+    assert stats.interpolated_at(evals, "train_seconds", 100.0, "avg_at_k")["value"] == pytest.approx(0.22)
+    assert stats.interpolated_at(evals, "train_seconds", 180.0, "avg_at_k")["value"] == 0.26
+    assert stats.interpolated_at(evals, "train_seconds", 200.0, "avg_at_k") is None
+
+
+def test_reproduction_rule_fires_on_a_mismatch_and_passes_on_equality():
+    keys = ("avg_at_k", "accuracy", "tokens")
+    committed = {"avg_at_k": 0.23875, "accuracy": 0.25, "tokens": 25151.0}
+    assert plan_rules.reproduction_rule(dict(committed), committed, keys)["ok"]
+    off = plan_rules.reproduction_rule({**committed, "avg_at_k": 0.23875 + 1e-12}, committed, keys)
+    assert not off["ok"] and off["differ"] == ["avg_at_k"] and "avg_at_k differ" in off["why"]
+    assert plan_rules.reproduction_rule({**committed, "tokens": 25152.0}, committed, keys)["differ"] == ["tokens"]
+    missing = plan_rules.reproduction_rule(None, committed, keys)
+    assert not missing["ok"] and "no evaluation at the reproduction point" in missing["why"]
+
+
+def test_equal_tokens_time_rule_by_hand():
+    """A rerun of a committed run of 1620 s, evaluations of 265 s, 25151 tokens, last updates 656 tokens and 37.9 s
+    each, to 46575 tokens: ceil(21424 / 656) = 33 more updates, crossing at 57, evaluations at 48 and 57: (1620 + 33
+    x 37.9 + 2 x 265) / 60 = 56.678 min. Time rule: 100 min spent by a run estimated at 80 (x 1.25), three runs of
+    100 to come: 100 + 3 x 125 = 475 > 420, and 2 of the 3 fit (350)."""
+    est = plan_rules.rerun_estimate(1620.0, 265.0, 25151.0, 656.0, 37.9, 46575.0, 24, 24)
+    assert (est["extra_steps"], est["crossing"], est["evaluations"]) == (33, 57, 2)
+    assert est["minutes"] == pytest.approx((1620 + 33 * 37.9 + 2 * 265) / 60)
+    short = plan_rules.rerun_estimate(1620.0, 265.0, 25151.0, 656.0, 37.9, 25151.0 + 656 * 20, 24, 24)
+    assert (short["crossing"], short["evaluations"]) == (44, 1)  # no update 48 before the crossing
+    out = plan_rules.equal_tokens_time_rule(100.0, [(100.0, 80.0)], [100.0] * 3, 7.0)
+    assert not out["ok"] and out["ratio"] == 1.25 and out["fit"] == 2 and out["projected_minutes"] == 475.0
+    assert plan_rules.equal_tokens_time_rule(100.0, [(60.0, 80.0)], [100.0] * 3, 7.0)["ratio"] == 1.0
+
+
+def _chi2_5_cdf(x):
+    """The chi-square distribution's CDF with 5 degrees of freedom, in closed form."""
+    return math.erf(math.sqrt(x / 2)) - math.sqrt(2 * x / math.pi) * math.exp(-x / 2) * (1 + x / 3) if x > 0 else 0.0
+
+
+def _t5_cdf(t):
+    """Student's t CDF with 5 degrees of freedom, in closed form."""
+    th = math.atan(t / math.sqrt(5))
+    return 0.5 + (th + math.sin(th) * math.cos(th) * (1 + 2 / 3 * math.cos(th) ** 2)) / math.pi
+
+
+def _bisect(f, target, low, high):
+    for _ in range(200):
+        mid = (low + high) / 2
+        low, high = (mid, high) if f(mid) < target else (low, mid)
+    return (low + high) / 2
+
+
+def _power_6_pairs(effect, sd):
+    """The two-sided paired t test's power with 6 pairs at 0.05, independently of openrlhf_ada.analysis.power: T =
+    (Z + delta) / sqrt(V / 5) with V chi-square(5), so P(|T| > c) = E_Z[P(V < 5 (Z + delta)^2 / c^2)], by Simpson's
+    rule over Z."""
+    c = _bisect(_t5_cdf, 0.975, 0.0, 20.0)
+    delta = effect * math.sqrt(6) / sd
+    n, lo, hi = 4000, -12.0, 12.0
+    h = (hi - lo) / n
+    total = 0.0
+    for i in range(n + 1):
+        z = lo + i * h
+        w = 1 if i in (0, n) else (4 if i % 2 else 2)
+        total += w * math.exp(-z * z / 2) / math.sqrt(2 * math.pi) * _chi2_5_cdf(5 * (z + delta) ** 2 / c ** 2)
+    return total * h / 3
+
+
+def test_the_plans_power_statement_by_an_independent_computation(ld):
+    """The plan's numbers at 6 pairs: power 0.76 at +0.04 and sd 0.0295, 0.0423 detected with 80% power, power 0.20
+    to 0.99 over the sd's 95% interval [0.018, 0.072] (sd x sqrt(5 / chi-square quantiles 0.975 and 0.025 with 5
+    df)); the design's `planned_power` and the page say the same."""
+    rules = ld.SEQ_VS_GRPO_EQUAL_TOKENS.rules
+    plan = stats.planned_power(rules.effect, rules.planning_sd, rules.sd_interval, 6, rules.alpha, rules.power)
+    assert plan["power"] == pytest.approx(_power_6_pairs(0.04, 0.0295), abs=1e-4)
+    assert round(plan["power"], 2) == 0.76
+    assert _power_6_pairs(plan["detectable"], 0.0295) == pytest.approx(0.8, abs=1e-4)
+    assert round(plan["detectable"], 4) == 0.0423
+    assert plan["range"] == pytest.approx((_power_6_pairs(0.04, 0.072), _power_6_pairs(0.04, 0.018)), abs=1e-4)
+    assert (round(plan["range"][0], 2), round(plan["range"][1], 2)) == (0.20, 0.99)
+    q_high, q_low = _bisect(_chi2_5_cdf, 0.975, 0.0, 60.0), _bisect(_chi2_5_cdf, 0.025, 0.0, 60.0)
+    assert (round(0.0295 * math.sqrt(5 / q_high), 3), round(0.0295 * math.sqrt(5 / q_low), 3)) == rules.sd_interval
+    page = open(os.path.join(os.path.dirname(V3), "..", "..", "docs", "learning.md")).read()
+    plan_text = page.split("## Seq against GRPO at equal generated tokens")[1].split("\n## ")[0]
+    for text in ("power **0.76** at +0.04", "**0.042** avg@4 with 80% power", "from 0.20 (sd 0.072) to 0.99"):
+        assert text in plan_text, text
+
+
+def test_the_plans_projection_is_the_runners(lc, lr):
+    """The plan's minutes per run and its total, from the committed runs (`run_estimates`), as the page states them."""
+    a = lc.parse(["--design", "seq_vs_grpo_equal_tokens"])
+    est = lr.run_estimates(a, lr.committed_runs(a))
+    page = open(os.path.join(os.path.dirname(V3), "..", "..", "docs", "learning.md")).read()
+    plan_text = page.split("## Seq against GRPO at equal generated tokens")[1].split("\n## ")[0]
+    for (name, seed), e in est.items():
+        if name == "grpo":
+            assert f"| {seed} | {lr.budgets(a)[seed]:.0f} |" in plan_text and f"| {e['minutes']:.1f} |" in plan_text
+    assert f"**{sum(e['minutes'] for e in est.values()) / 60:.2f} hours**" in plan_text
+    assert lr.time_check(a, lr.committed_runs(a))["ok"]
+
+
+def _done(folder, summary):
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "done.json"), "w") as f:
+        json.dump(summary, f)
+
+
+def _evaluation(step, tokens, avg, greedy, train_seconds):
+    return {"step": step, "tokens": tokens, "avg_at_k": avg, "accuracy": greedy, "train_seconds": train_seconds,
+            "eval_seconds": 30.0}
+
+
+#: hand-made committed runs (2 updates; seeds 1-4): Seq's tokens (the budgets), avg@4, greedy and training seconds at
+#: update 2; GRPO's tokens, avg@4 and greedy at update 2 (60 training seconds); and the reruns' crossing evaluations
+SEQ = {1: (500.0, 0.30, 0.35, 100.0), 2: (600.0, 0.32, 0.30, 110.0), 3: (700.0, 0.40, 0.45, 120.0),
+       4: (650.0, 0.28, 0.30, 130.0)}
+GRPO = {1: (200.0, 0.20, 0.25), 2: (220.0, 0.25, 0.30), 3: (250.0, 0.30, 0.35), 4: (240.0, 0.22, 0.20)}
+CROSS = {1: (6, 520.0, 0.26, 0.30, 180.0), 2: (5, 610.0, 0.25, 0.35, 150.0), 3: (7, 700.0, 0.31, 0.40, 210.0),
+         4: (6, 660.0, 0.23, 0.25, 190.0)}
+
+
+def _equal_tokens(lc, tmp_path, seeds="1,2,3,4"):
+    """The committed folder (a seq_vs_grpo folder of 2 updates) and the equal-token design's folder, with every run
+    of SEQ, GRPO and CROSS finished; the Seq A/A equal to its committed run but for avg@4 (+0.01)."""
+    model, v3, v4 = tmp_path / "model", tmp_path / "v3", tmp_path / "v4"
+    model.mkdir(parents=True)
+    common = ["--model", str(model), "--doc", str(tmp_path / "learning.md"), "--img-dir", str(tmp_path / "img"),
+              "--seeds", seeds, "--updates", "2", "--train-size", "8", "--eval-size", "4", "--eval-at-tokens", "150"]
+    old = lc.parse(["--design", "seq_vs_grpo", "--out", str(v3), *common])
+    lc.check_config(old)
+    lc.prepare_data(old)
+    for s in (1, 2, 3, 4):
+        tokens, avg, greedy, train = SEQ[s]
+        _done(lc.run_dir(old, "ada", s), {"setting": "ada", "seed": s, "steps": 2, "tokens": tokens,
+                                          "train_seconds": train, "process_seconds": 600.0,
+                                          "evaluations": [_evaluation(2, tokens, avg, greedy, train)]})
+        tokens, avg, greedy = GRPO[s]
+        folder = lc.run_dir(old, "grpo", s)
+        _done(folder, {"setting": "grpo", "seed": s, "steps": 2, "tokens": tokens, "train_seconds": 60.0,
+                       "process_seconds": 480.0, "evaluations": [_evaluation(2, tokens, avg, greedy, 60.0)]})
+        with open(os.path.join(folder, "metrics.jsonl"), "w") as f:
+            for step in (1, 2):
+                f.write(json.dumps({"step": step, "reward_mean": 0.2, "generated_tokens": tokens / 2,
+                                    "generated_tokens_total": tokens * step / 2, "timing/step": 30.0}) + "\n")
+    a = lc.parse(["--design", "seq_vs_grpo_equal_tokens", "--out", str(v4), "--reuse", str(v3), *common])
+    lc.check_config(a)
+    train, heldout = lc.prepare_data(a)
+    lc.check_reuse(a)
+    tokens, avg, greedy, train_s = SEQ[1]
+    _done(lc.run_dir(a, "ada_repeat", 1), {"setting": "ada_repeat", "seed": 1, "steps": 2, "tokens": tokens,
+                                           "train_seconds": train_s, "process_seconds": 610.0,
+                                           "evaluations": [_evaluation(2, tokens, avg + 0.01, greedy, train_s)]})
+    for s in (1, 2, 3, 4):
+        step, tokens, avg, greedy, train_s = CROSS[s]
+        _done(lc.run_dir(a, "grpo", s), {"setting": "grpo", "seed": s, "steps": step, "tokens": tokens,
+                                         "train_seconds": train_s, "process_seconds": 900.0, "budget": SEQ[s][0],
+                                         "crossing_step": step,
+                                         "evaluations": [_evaluation(2, *GRPO[s], 60.0),
+                                                         _evaluation(step, tokens, avg, greedy, train_s)]})
+    return a, train, heldout
+
+
+def _t3_p(t):
+    """Two-sided p of Student's t with 3 degrees of freedom, in closed form."""
+    return 1 - 2 / math.pi * (math.atan(t / math.sqrt(3)) + t * math.sqrt(3) / (3 + t * t))
+
+
+def test_equal_tokens_report_by_hand(lc, lr, tmp_path):
+    """d = Seq at 2 - GRPO at its crossing: 0.30 - 0.26, 0.32 - 0.25, 0.40 - 0.31, 0.28 - 0.23 = 0.04, 0.07, 0.09,
+    0.05: mean 0.0625, sd sqrt(0.001475 / 3) = 0.022174, t = 0.0625 / (0.022174 / 2) = 5.637, p (3 df, closed form),
+    interval 0.0625 +- t(0.975, 3) x 0.011087. Greedy at equal tokens: 0.05, -0.05, 0.05, 0.05. At Seq's training
+    time, GRPO interpolated between (60 s, update 2) and its crossing: seed 1 0.20 + 0.06 x 40 / 120 = 0.22."""
+    a, train, heldout = _equal_tokens(lc, tmp_path)
+    body = lr.report(a, None, train, heldout)
+    d = [0.04, 0.07, 0.09, 0.05]
+    mean = sum(d) / 4
+    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / 3)
+    t = mean / (sd / 2)
+    q = _bisect(lambda x: 1 - _t3_p(x) / 2, 0.975, 0.0, 20.0)  # t(0.975, 3) = 3.182
+    assert round(q, 3) == 3.182
+    assert (f"- mean +{mean:.4f} [+{mean - q * sd / 2:.4f}, +{mean + q * sd / 2:.4f}] (95% t interval, 4 pairs), p "
+            f"{_t3_p(t):.4f}, sd of the differences {sd:.4f}") in body, body
+    assert "- per seed: 1: +0.0400, 2: +0.0700, 3: +0.0900, 4: +0.0500" in body
+    assert "**verdict: helps**" in body and _t3_p(t) < 0.05
+    assert "2. Reproduction: 4 of 4 finished GRPO n=4 reruns equal their committed runs at update 2" in body
+    assert "3. Crossing: 4 of 4 reruns stopped at the first step" in body
+    assert "1. Seq A/A" in body and "avg_at_k +0.0100, accuracy +0.0000, tokens +0.0000" in body
+    g = [0.05, -0.05, 0.05, 0.05]
+    g_sd = math.sqrt(sum((x - 0.025) ** 2 for x in g) / 3)
+    assert (f"crossing step), Reinforce-Ada balance minus GRPO n=4: +0.0250 [{0.025 - q * g_sd / 2:+.4f}, "
+            f"{0.025 + q * g_sd / 2:+.4f}] (4 pairs)") in body
+    at_time = [SEQ[s][1] - (GRPO[s][1] + (CROSS[s][2] - GRPO[s][1]) * (SEQ[s][3] - 60) / (CROSS[s][4] - 60))
+               for s in (1, 2, 3, 4)]
+    assert at_time[0] == pytest.approx(0.08)
+    assert f"the two evaluations around it, Reinforce-Ada balance minus GRPO n=4: {sum(at_time) / 4:+.4f}" in body
+    row = next(line for line in body.splitlines() if line.startswith("| 3 |"))
+    assert "| 700 |" in row and "| equal |" in row and "| 7 (700) |" in row and "| +0.0900 |" in row
+    assert "<!-- BEGIN learning_comparison_v4 -->" in (tmp_path / "learning.md").read_text()
+    assert (tmp_path / "img" / "learning_v4_tokens.png").is_file() and "(img/learning_v4_tokens.png)" in body
+
+
+def test_equal_tokens_runner_stops_at_a_rerun_that_does_not_reproduce(lc, lr, tmp_path, capsys):
+    """Seed 2's rerun differs from its committed run at update 2 (avg@4 by 1e-12): the runner stops before seed 3's
+    rerun, and the report withholds the verdict and says why."""
+    a, train, heldout = _equal_tokens(lc, tmp_path)
+    path = os.path.join(lc.run_dir(a, "grpo", 2), "done.json")
+    run = json.load(open(path))
+    run["evaluations"][0]["avg_at_k"] += 1e-12
+    json.dump(run, open(path, "w"))
+    shutil.rmtree(lc.run_dir(a, "grpo", 3))
+    assert lc.gate(a, {}, "ada_repeat", 1) is None  # the Seq A/A is never held back
+    held = lc.gate(a, {}, "grpo", 3)
+    assert held.startswith("reproduction: grpo seed 2 at update 2:") and "avg_at_k differ" in held
+    code = lc.main(["--design", "seq_vs_grpo_equal_tokens", "--out", a.out, "--reuse", a.reuse, "--doc", a.doc,
+                    "--img-dir", a.img_dir, "--model", a.model, "--seeds", "1,2,3,4", "--updates", "2",
+                    "--train-size", "8", "--eval-size", "4", "--eval-at-tokens", "150"])
+    out = capsys.readouterr().out
+    assert code == 2 and "stopped before grpo seed 3 by the plan's reproduction: grpo seed 2" in out
+    assert not os.path.isdir(lc.run_dir(a, "grpo", 3))
+    body = open(a.doc).read()
+    assert "**not reproduced: seed(s) 2**" in body
+    assert "**verdict: no verdict: the reproduction check failed (seed(s) 2)**" in body
+
+
+def test_equal_tokens_runner_refuses_other_problems_or_flags(lc, tmp_path):
+    a, _, _ = _equal_tokens(lc, tmp_path)
+    with open(os.path.join(a.reuse, "data", "eval.jsonl"), "a") as f:
+        f.write("\n")
+    with pytest.raises(SystemExit, match="data/eval.jsonl differs"):
+        lc.check_reuse(a)
+    config = json.load(open(os.path.join(a.reuse, "config.json")))
+    config["settings"]["grpo"] = ["--rollout.n_samples_per_prompt", "8"]
+    json.dump(config, open(os.path.join(a.reuse, "config.json"), "w"))
+    with pytest.raises(SystemExit, match="settings.grpo"):
+        lc.check_reuse(a)

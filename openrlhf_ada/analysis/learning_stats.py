@@ -7,11 +7,14 @@ report computes from the finished runs' values, as pure functions over numbers (
 - `paired`: the per-seed differences of a setting from the reference, their mean, 95% t interval and paired t p;
 - `primary_test`: the current design's one primary test: the paired t test with its interval, p, and the effect the
   test detects with 80% power at the observed sd (`openrlhf_ada.analysis.power`), and its verdict rule;
+  `planned_power`: a plan's power statement at a planning sd and over a range of sds;
 - `paired_vs_unpaired`: whether pairing by seed tightened the interval (the paired sd against the sd two
   independent runs' difference would have, from each setting's sd over seeds);
 - `primary_verdicts`: the last design's rule over its family of tests, Holm-corrected;
 - `sign_test_p`, `evaluation_noise`, `verdict`, `half_width`;
-- `paired_half_width`, `seeds_needed`, `earlier_spread`, `sizing`: seeds and machine time from a spread.
+- `paired_half_width`, `seeds_needed`, `earlier_spread`, `sizing`: seeds and machine time from a spread;
+- `crossing_step`, `budget_evaluation`, `interpolated_at`: the equal-token design's reading of a run at its token
+  budget (measured at the step that crosses it) and at another run's training time (interpolated, a secondary).
 """
 
 from __future__ import annotations
@@ -69,6 +72,15 @@ def primary_test(differences: Sequence[float], planned: int, alpha: float = 0.05
 def power_at(effect: float, sd: float, n: int, alpha: float = 0.05) -> Optional[float]:
     """The paired t test's power at `effect` (None below 2 pairs or at sd 0)."""
     return paired_t_power(effect, sd, n, alpha) if n >= 2 and sd > 0 else None
+
+
+def planned_power(effect: float, sd: float, sd_range: Tuple[float, float], n: int, alpha: float = 0.05,
+                  power: float = 0.8) -> dict:
+    """What a plan states before its runs: the paired t test's power at `effect` with `n` pairs at the planning
+    `sd`, the effect it detects with `power`, and the power at `effect` over `sd_range` (the power at its high end
+    first: the lower one)."""
+    return {"power": power_at(effect, sd, n, alpha), "detectable": detectable_effect(sd, n, alpha, power),
+            "range": (power_at(effect, sd_range[1], n, alpha), power_at(effect, sd_range[0], n, alpha))}
 
 
 def paired_vs_unpaired(a: Mapping[int, float], b: Mapping[int, float]) -> Optional[dict]:
@@ -267,3 +279,41 @@ def values_at_tokens(runs: Sequence[Mapping], key: str, budget: float) -> Tuple[
         else:
             missing.append((r["setting"], r["seed"]))
     return out, missing
+
+
+def crossing_step(totals: Sequence[Tuple[int, float]], budget: float) -> Optional[int]:
+    """The first step whose running total of generated tokens is at least `budget`, from (step, running total) of
+    each trained step; None when no step reaches it."""
+    return next((step for step, total in sorted(totals) if total >= budget), None)
+
+
+def budget_evaluation(run: Mapping, budget: float) -> dict:
+    """A run's evaluation at its token budget, from its done.json: the run must have stopped at its crossing step
+    (`crossing_step`, the first step whose running total reached `budget`, which the runner records from the run's
+    metrics) and been evaluated there. Returns {"ok", "step", "evaluation", "why"}; nothing is interpolated."""
+    step = run.get("crossing_step")
+    last = run["evaluations"][-1] if run.get("evaluations") else None
+    if step is None:
+        why = (f"never reached {budget:.0f} tokens (stopped after step {run.get('steps')} at "
+               f"{run.get('tokens', 0.0):.0f})")
+    elif step != run.get("steps"):
+        why = f"crossed {budget:.0f} tokens at step {step} but ran to step {run.get('steps')}"
+    elif last is None or last["step"] != step or last["tokens"] < budget:
+        why = f"not evaluated at its crossing step {step}"
+    else:
+        return {"ok": True, "step": step, "evaluation": last,
+                "why": f"step {step}, {last['tokens']:.0f} tokens >= {budget:.0f}: evaluated there, and stopped"}
+    return {"ok": False, "step": step, "evaluation": None, "why": why}
+
+
+def interpolated_at(evaluations: Sequence[Mapping], x_key: str, x: float, key: str) -> Optional[dict]:
+    """`key` at `x` of `x_key` (e.g. train_seconds), linear between the two trained evaluations around it (the
+    measured value where one is at `x`); None outside the evaluations' range. Returns the value and both points."""
+    points = sorted(((e[x_key], e[key]) for e in evaluations if e["step"] > 0 and e.get(key) is not None))
+    exact = next((p for p in points if p[0] == x), None)
+    if exact is not None:
+        return {"value": exact[1], "below": exact, "above": exact}
+    for (x0, v0), (x1, v1) in zip(points, points[1:]):
+        if x0 < x < x1:
+            return {"value": v0 + (v1 - v0) * (x - x0) / (x1 - x0), "below": (x0, v0), "above": (x1, v1)}
+    return None

@@ -12,6 +12,13 @@ The current learning design (docs/learning.md, "The current design") states six 
   that fit the machine time at the measured rate;
 - `shared_draws_across` (rule 6): at step 1, Seq's first round and GRPO's samples are the same requests, so one's
   first-round signal share equals one minus the other's zero-advantage group share.
+
+The equal-token design (docs/learning.md, "Seq against GRPO at equal generated tokens") adds:
+
+- `reproduction_rule`: a rerun's values at update 24 equal its committed run's, bit for bit (the Seq A/A run's
+  differences are read with it too, without stopping anything);
+- `rerun_estimate` and `equal_tokens_time_rule`: each run's minutes estimated from its committed run, and the machine
+  time projected from the runs so far.
 """
 
 from __future__ import annotations
@@ -84,3 +91,56 @@ def shared_draws_across(first_round_signal_share: Optional[float], zero_adv_grou
     ok = abs(first_round_signal_share - (1.0 - zero_adv_group_share)) <= tolerance
     return ok, (f"Seq's first-round signal share {first_round_signal_share:.4f}, GRPO's 1 - zero-advantage share "
                 f"{1.0 - zero_adv_group_share:.4f}: " + ("equal" if ok else "different"))
+
+
+def reproduction_rule(rerun: Optional[Mapping[str, float]], committed: Optional[Mapping[str, float]],
+                      keys: Sequence[str]) -> dict:
+    """A rerun's values of `keys` at the reproduction point must equal its committed run's exactly (floats as the
+    runs' done.json hold them; a missing value counts as a difference). `rerun` None: not evaluated there."""
+    if rerun is None or committed is None:
+        what = "the rerun" if rerun is None else "the committed run"
+        return {"ok": False, "differ": list(keys), "differences": {},
+                "why": f"{what} has no evaluation at the reproduction point"}
+    differ = [k for k in keys if rerun.get(k) is None or committed.get(k) is None or rerun[k] != committed[k]]
+    differences = {k: rerun[k] - committed[k] for k in keys
+                   if rerun.get(k) is not None and committed.get(k) is not None}
+    shown = ", ".join(f"{k} {rerun.get(k)!r} against {committed.get(k)!r}" for k in keys)
+    return {"ok": not differ, "differ": differ, "differences": differences,
+            "why": f"{shown}: " + ("equal" if not differ else f"{', '.join(differ)} differ")}
+
+
+def rerun_estimate(process_seconds: float, eval_seconds: float, tokens: float, late_tokens_per_step: float,
+                   late_seconds_per_step: float, budget: float, updates: int, eval_every: int) -> dict:
+    """A rerun's machine minutes, from its committed run of `updates` updates (`process_seconds` in all, `tokens`
+    generated, an evaluation `eval_seconds` on average, its last updates `late_tokens_per_step` and
+    `late_seconds_per_step`): the committed run's time, plus the updates to the first step whose running total
+    reaches `budget` at the late rate, plus the evaluations after update `updates` (every `eval_every`-th update
+    before that step, and the one there)."""
+    extra = max(0, math.ceil((budget - tokens) / late_tokens_per_step))
+    crossing = updates + extra
+    evaluations = 1 + sum(1 for s in range(updates + 1, crossing) if s % eval_every == 0) if extra else 0
+    minutes = (process_seconds + extra * late_seconds_per_step + evaluations * eval_seconds) / 60.0
+    return {"crossing": crossing, "extra_steps": extra, "evaluations": evaluations, "minutes": minutes}
+
+
+def equal_tokens_time_rule(spent_minutes: float, finished: Sequence[Tuple[float, float]], left: Sequence[float],
+                           hours: float) -> dict:
+    """The machine time before a run: `spent_minutes` so far, the finished runs' (measured, estimated) minutes and
+    the estimates of the runs still to come, in their order. Estimates are scaled by measured / estimated over the
+    finished runs when that is above 1; the projection is spent + the scaled estimates. Above `hours` the design
+    stops, and `fit` says how many of the runs to come fit (in order): the rest are cut in a commit before the next
+    run."""
+    measured, estimated = sum(m for m, _ in finished), sum(e for _, e in finished)
+    ratio = max(1.0, measured / estimated) if estimated > 0 else 1.0
+    scaled = [e * ratio for e in left]
+    projected = spent_minutes + sum(scaled)
+    fit = max(k for k in range(len(scaled) + 1) if spent_minutes + sum(scaled[:k]) <= hours * 60.0 + 1e-9) \
+        if spent_minutes <= hours * 60.0 else 0
+    ok = projected <= hours * 60.0 + 1e-9
+    why = (f"{spent_minutes:.1f} min spent, {len(left)} runs to come estimated at {sum(left):.1f} min (x {ratio:.2f}, "
+           f"the finished runs' measured over estimated minutes, at least 1): {projected / 60:.2f} hours in all "
+           f"against {hours:g}")
+    if not ok:
+        why += (f"; only {fit} of the {len(left)} runs to come fit: the design stops; cut the runs after those to "
+                "what fits in a commit before the next run")
+    return {"ok": ok, "ratio": ratio, "projected_minutes": projected, "fit": fit, "why": why}
