@@ -8,8 +8,8 @@ builds them for a rollout (`split_rollout_samples` without dynamic batching: `--
 micro-batch, in rollout order, each right-padded to its longest response; per-sample rewards, scores,
 response_length, truncated; a KL tensor of zeros as `make_experience` leaves it without a reference model or with
 the KL in the loss). Ours runs with everything on that touches this method: `--adora.enable --ada.enable
---ada.baseline pool` (per-sample pool statistics `ada_pool_count/_mean/_std` in `info`, as RoundsSamplesGenerator
-puts them there); upstream ignores those extra `info` entries.
+--ada.baseline pool` (per-sample group ids `ada_group` and pool statistics `ada_pool_count/_mean/_std` in `info`, as
+RoundsSamplesGenerator puts them there); upstream ignores those extra `info` entries.
 
 Timing: for every repetition and setting both makers run back to back on fresh copies of the same batch, the order
 alternating between repetitions; the reported figure is the median over repetitions of the paired ratio
@@ -86,7 +86,8 @@ class Batch:
         pos = grouped.sum(-1) + (torch.rand(prompts, generator=g) * extra).round()
         mean = pos / count
         std = (mean * (1 - mean) * count / (count - 1)).clamp(min=0).sqrt()
-        self.pool = {"ada_pool_count": count.repeat_interleave(n), "ada_pool_mean": mean.repeat_interleave(n),
+        self.pool = {"ada_group": torch.arange(prompts).repeat_interleave(n),
+                     "ada_pool_count": count.repeat_interleave(n), "ada_pool_mean": mean.repeat_interleave(n),
                      "ada_pool_std": std.repeat_interleave(n)}
         self.chunks = []  # (index list, action_mask) per micro-batch; masks are read-only for both makers
         for start in range(0, total, micro_batch_size):

@@ -162,7 +162,7 @@ def test_advantage_overhead_measures_the_adora_and_pool_path():
 
     batch = ao.Batch(prompts=3, n=4, max_tokens=8, micro_batch_size=4)
     maker = ao.make_maker(AdoraPoolExperienceMaker, ao.make_args("dr_grpo", 4, 4, ours=True))
-    assert maker.uses_pool_baseline and maker.adora_active
+    assert maker.baseline == "pool" and maker.adora_active
     out = maker.compute_advantages_and_returns(batch.experiences())
     assert all("adora_weight" in e.info and e.advantages.shape == e.action_mask.shape for e in out)
     assert sum(len(e.index) for e in out) == 12

@@ -248,7 +248,7 @@ def est_experiences():
     """Two groups in rollout order, [1.0] (a group of one, length 5) and [0.0, 1.0, 0.0] (lengths 7, 2, 9), split
     into two micro-batches out of rollout order, as upstream's split leaves them."""
     rewards, lengths = [1.0, 0.0, 1.0, 0.0], [5, 7, 2, 9]
-    pool = {"ada_pool_index": [0, 0, 1, 2], "ada_pool_count": [1, 3, 3, 3], "ada_pool_mean": [1.0, 1 / 3, 1 / 3, 1 / 3],
+    pool = {"ada_group": [0, 1, 1, 1], "ada_pool_index": [0, 0, 1, 2], "ada_pool_count": [1, 3, 3, 3], "ada_pool_mean": [1.0, 1 / 3, 1 / 3, 1 / 3],
             "ada_pool_std": [1.0, 0.57735, 0.57735, 0.57735], "ada_pool_pass_rate": [1.0, 1 / 3, 1 / 3, 1 / 3]}
     from openrlhf.trainer.ppo_utils.experience import Experience
 
@@ -296,13 +296,16 @@ def test_the_maker_trains_the_authors_advantage_with_adora_on_groups_of_varying_
 
 def test_the_short_step_cut_keeps_whole_groups_of_one():
     """At the end of the data the longest run of whole groups holding a multiple of the unit is trained: sizes
-    1, 3, 1, 2 end at 1, 4, 5, 7; unit 4 -> the first two groups (4 samples); unit 1 -> all of them."""
+    1, 3, 1, 2 end at 1, 4, 5, 7; unit 4 -> the first two groups (4 samples); unit 1 -> all of them. Est carries
+    nothing: the rest is dropped."""
     from types import SimpleNamespace
 
     from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
 
-    gen = SimpleNamespace(last_group_sizes=[1, 3, 1, 2], batch_unit=4)
-    assert RoundsSamplesGenerator._cut_est_short_step(gen, list(range(7))) == [0, 1, 2, 3]
-    assert gen.last_group_sizes == [1, 3]
-    gen = SimpleNamespace(last_group_sizes=[1, 3, 1, 2], batch_unit=1)
-    assert RoundsSamplesGenerator._cut_est_short_step(gen, list(range(7))) == list(range(7))
+    ids = [0, 1, 1, 1, 2, 3, 3]
+    samples = [SimpleNamespace(info={"ada_group": torch.tensor([g])}) for g in ids]
+    gen = SimpleNamespace(batch_unit=4, carries_short_step=False, _carry=[])
+    assert RoundsSamplesGenerator._cut_short_step(gen, samples) == samples[:4]
+    assert gen._carry == []
+    gen = SimpleNamespace(batch_unit=1, carries_short_step=False, _carry=[])
+    assert RoundsSamplesGenerator._cut_short_step(gen, samples) == samples

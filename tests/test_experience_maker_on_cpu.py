@@ -37,7 +37,7 @@ def make_experiences(pool=None, kl_scale=0.0, seed=0):
         mask = torch.zeros(len(part), T, dtype=torch.bool)
         for row, i in enumerate(part):
             mask[row, : LENGTHS[i]] = True
-        info = {}
+        info = {"ada_group": torch.tensor([i // N for i in part])}  # as the samples generator stamps it
         if pool is not None:
             for key, values in pool.items():
                 info[key] = torch.tensor([values[i // N] for i in part], dtype=torch.float32)
@@ -79,7 +79,7 @@ def test_bit_for_bit_upstream_with_features_off(estimator):
     theirs = run(RemoteExperienceMaker, make_args(estimator), make_experiences(kl_scale=0.1))
     for a, b in zip(ours, theirs):
         assert torch.equal(a.advantages, b.advantages) and torch.equal(a.returns, b.returns)
-        assert a.info.keys() == b.info.keys()
+        assert a.info.keys() == b.info.keys() - {"ada_group"}  # the group id leaves info once used
 
 
 @pytest.mark.parametrize("estimator", ESTIMATORS)
@@ -211,7 +211,8 @@ def test_pool_statistics_include_length_penalties(estimator, expected):
     assert [e.rewards.item() for e in generated] == rewards  # the samples themselves keep their raw rewards
     kept = samples()
     for e in kept:
-        e.info.update(ada_pool_count=torch.tensor([float(pool.count)]), ada_pool_mean=torch.tensor([pool.mean]),
+        e.info.update(ada_group=torch.tensor([0]), ada_pool_count=torch.tensor([float(pool.count)]),
+                      ada_pool_mean=torch.tensor([pool.mean]),
                       ada_pool_std=torch.tensor([pool.std]))
     batch = [Experience.concat_experiences(kept, 0)]
     ours = run(AdoraPoolExperienceMaker, args, batch)
@@ -234,6 +235,7 @@ def test_per_prompt_values_leave_info_once_used():
 EST = ["--ada.enable", "--ada.strategy", "est"]
 # rollout order: a group of 3 (pool indices 0, 1, 2), then one of 5 (0..4); REWARDS = [1, 0, 0 | 0, 1, 1, 0, 1]
 EST_INDEX = [0, 1, 2, 0, 1, 2, 3, 4]
+EST_GROUP = [10, 10, 10, 11, 11, 11, 11, 11]  # group ids: any value, the same for a group's samples
 EST_COUNT = [3, 3, 3, 5, 5, 5, 5, 5]
 EST_PASS = [1 / 3] * 3 + [3 / 5] * 5
 
@@ -241,7 +243,8 @@ EST_PASS = [1 / 3] * 3 + [3 / 5] * 5
 def est_experiences(kl_scale=0.0):
     experiences = make_experiences(kl_scale=kl_scale)
     for e in experiences:
-        e.info = {"ada_pool_index": torch.tensor([float(EST_INDEX[i]) for i in e.index]),
+        e.info = {"ada_group": torch.tensor([EST_GROUP[i] for i in e.index]),
+                  "ada_pool_index": torch.tensor([float(EST_INDEX[i]) for i in e.index]),
                   "ada_pool_count": torch.tensor([float(EST_COUNT[i]) for i in e.index]),
                   "ada_pool_mean": torch.zeros(len(e.index)), "ada_pool_std": torch.ones(len(e.index)),
                   "ada_pool_pass_rate": torch.tensor([EST_PASS[i] for i in e.index])}
@@ -268,11 +271,37 @@ def test_est_rloo_without_weight_and_kl_outside_the_weight():
 
 
 def test_est_rejects_samples_that_are_not_whole_groups():
+    """Group ids 10, 11, 10 in rollout order: group 10's samples are not contiguous."""
     experiences = est_experiences()
     for e in experiences:
-        e.info["ada_pool_count"] = torch.full((len(e.index),), 4.0)
+        e.info["ada_group"] = torch.tensor([10 if i in (0, 1, 7) else 11 for i in e.index])
     with pytest.raises(RuntimeError, match="whole groups"):
         run(AdoraPoolExperienceMaker, make_args("dr_grpo", *EST), experiences)
+
+
+@pytest.mark.parametrize("flags", [("--adora.enable",), (*ADA, "--adora.enable"),
+                                   (*EST, "--ada.prompt_weight", "none", "--adora.enable")])
+def test_every_path_reads_the_groups_from_their_ids(flags):
+    """The same eight samples under fixed n, Seq and Est, with group ids [3, 3, 3 | 8, 8, 8, 8, 8]: the groups are what
+    the ids say, not i // n. ADORA (scores are the rewards, threshold 0.5): group [1, 0, 0] (lengths 10, 2, 3) has
+    maxPos 10 > meanNeg 2.5 -> 1.0; group [0, 1, 1, 0, 1] (lengths 4, 2, 5, 8, 3) has maxPos 5 < meanNeg 6 -> lam 0.1.
+    Read as groups of four, sample 3 would get 1.0."""
+    pool = {"ada_pool_count": [8, 8], "ada_pool_mean": [0.5, 0.5], "ada_pool_std": [1.0, 1.0]}
+    experiences = make_experiences(pool=pool if "pool" in flags else None)
+    for e in experiences:
+        e.info["ada_group"] = torch.tensor([3 if i < 3 else 8 for i in e.index])
+    out = run(AdoraPoolExperienceMaker, make_args("dr_grpo", *flags), experiences)
+    weights = {i: float(e.info["adora_weight"][row]) for e in out for row, i in enumerate(e.index)}
+    assert [weights[i] for i in range(8)] == pytest.approx([1.0] * 3 + [0.1] * 5)
+    assert not [k for e in out for k in e.info if k == "ada_group"]
+
+
+def test_the_project_paths_refuse_samples_without_group_ids():
+    experiences = make_experiences()
+    for e in experiences:
+        del e.info["ada_group"]
+    with pytest.raises(RuntimeError, match="group id"):
+        run(AdoraPoolExperienceMaker, make_args("dr_grpo", "--adora.enable"), experiences)
 
 
 def test_seq_prompt_weight_inv_pass_rate_by_hand():

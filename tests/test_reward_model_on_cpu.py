@@ -145,7 +145,8 @@ def engine_samples():
                                                                                                  dtype=torch.long),
             action_mask=action_mask, prompts=[f"p{i // N}"], labels=[""], rewards=None, scores=None,
             response_length=torch.tensor([float(length)]), truncated=torch.tensor([False]),
-            total_length=torch.tensor([float(total)]), info={"response_clip_ratio": torch.zeros(1)},
+            total_length=torch.tensor([float(total)]),
+            info={"response_clip_ratio": torch.zeros(1), "ada_group": torch.tensor([i // N])},  # RoundsSamplesGenerator stamps it
         ))
     return out
 

@@ -24,7 +24,7 @@ import siblings
 import torch
 from openrlhf.trainer.ppo_utils.experience import Experience, make_experience_batch
 
-from openrlhf_ada.trainer.ppo_utils.batching import data_parallel_unit, est_usable, short_step_unit
+from openrlhf_ada.trainer.ppo_utils.batching import data_parallel_unit, short_step_unit, usable_samples
 from openrlhf_ada.trainer.ppo_utils.samples_generator import uniform_info_keys
 
 
@@ -100,7 +100,7 @@ def test_the_unit_covers_the_reference_and_critic_ranks():
     ([4, 4, 4], 16, 0),  # ends 4, 8, 12: none
 ])
 def test_est_trains_the_longest_run_of_whole_groups_that_is_whole_units(sizes, unit, expected):
-    assert est_usable(sizes, unit) == expected
+    assert usable_samples(sizes, unit) == expected
 
 
 # -- the info key order --------------------------------------------------------------------------------------------

@@ -37,6 +37,26 @@ def group_index(sizes) -> torch.Tensor:
     return torch.repeat_interleave(torch.arange(s.numel()), s)
 
 
+def group_sizes(ids) -> list:
+    """The sizes of the contiguous groups a per-sample group id names, in order: [7, 7, 9, 4, 4, 4] -> [2, 1, 3].
+
+    A trained step carries each sample's group id (the samples generator stamps it when it builds the step); every
+    consumer (the advantages, ADORA, the short-step cut, the metrics) reads the groups from it. A group's samples are
+    contiguous, so an id that comes back after another group's samples is an error, not a second group."""
+    values = [int(v) for v in torch.as_tensor(ids).reshape(-1).tolist()]
+    sizes, seen = [], set()
+    for i, value in enumerate(values):
+        if i and value == values[i - 1]:
+            sizes[-1] += 1
+            continue
+        if value in seen:
+            raise ValueError(f"group id {value} recurs after another group's samples: a group's samples must be "
+                             f"contiguous (ids {values})")
+        seen.add(value)
+        sizes.append(1)
+    return sizes
+
+
 def check_groups(group, count: int) -> Tuple[torch.Tensor, int]:
     """`group` as an int64 vector of `count` entries numbering its groups 0..G-1, each of them used; returns it and G."""
     g = torch.as_tensor(group, dtype=torch.int64).reshape(-1)

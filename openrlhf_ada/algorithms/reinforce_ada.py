@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
 from openrlhf_ada.algorithms._checks import check_choice, check_finite, check_int
+from openrlhf_ada.algorithms.baselines import GROUP_BASELINE_ESTIMATORS
 from openrlhf_ada.algorithms.estimate import EST_PRESETS, PROMPT_WEIGHTS, STRATEGIES, EstConfig, pass_rate_estimate
 from openrlhf_ada.algorithms.history import HistoryConfig, PromptHistory, round_schedule
 from openrlhf_ada.algorithms.registry import Registry
@@ -218,6 +219,15 @@ class AdaConfig:
         return EstConfig.from_preset(self.est_preset, self.n, allocation=self.est_allocation, n_min=self.est_min,
                                      n_max=self.est_max, decay=self.est_decay, alpha=self.est_alpha,
                                      beta=self.est_beta, eps=self.est_eps)
+
+    def advantage_baseline(self, estimator: str) -> Optional[str]:
+        """The group baseline the trained groups get under `estimator` (--algo.advantage.estimator), decided here once
+        from the flags: "pool" (Seq's `--ada.baseline pool` on a group estimator: each kept group against its
+        prompt's whole pool), Est's preset's ("group": each group against its own samples; "authors": the authors'
+        GRPO advantage), or None (upstream's advantages on the groups)."""
+        if self.strategy == "est":
+            return self.est_config.baseline
+        return "pool" if self.baseline == "pool" and estimator in GROUP_BASELINE_ESTIMATORS else None
 
     @property
     def weight_kind(self) -> str:

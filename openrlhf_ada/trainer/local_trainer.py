@@ -57,6 +57,7 @@ from openrlhf_ada.args import eval_config
 from openrlhf_ada.trainer.checkpoint_dir import find_checkpoint, remove_checkpoint, write_checkpoint
 from openrlhf_ada.trainer.heldout import ACCURACY, EvalLoader, avg_at_k_metrics, describe, heldout_metrics
 from openrlhf_ada.trainer.metrics_log import MetricsWriter, keep_rows_up_to
+from openrlhf_ada.trainer.ppo_utils.batching import trained_group_sizes
 from openrlhf_ada.trainer.ppo_utils.experience_maker import AdoraPoolExperienceMaker
 from openrlhf_ada.trainer.ppo_utils.sample_failures import rewards_of, sample_score
 from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
@@ -194,11 +195,10 @@ def image_inputs(model, experience: Experience) -> dict:
     return inputs
 
 
-def group_signal(samples: List[Experience], n) -> List[bool]:
-    """Per group of n consecutive samples (n: an int, or the groups' sizes in order, as --ada.strategy est's vary): do
-    the rewards differ (non-zero advantage under any group baseline)?"""
+def group_signal(samples: List[Experience], sizes: List[int]) -> List[bool]:
+    """Per group (contiguous, of the given sizes in order): do the rewards differ (non-zero advantage under any group
+    baseline)?"""
     rewards = rewards_of(samples)
-    sizes = [n] * (len(rewards) // n) if isinstance(n, int) else list(n)
     starts = [sum(sizes[:i]) for i in range(len(sizes))]
     return [len(set(rewards[a : a + size])) > 1 for a, size in zip(starts, sizes)]
 
@@ -502,11 +502,9 @@ class LocalTrainer:
         rewards = torch.tensor(rewards_of(samples))
         scores = torch.tensor([sample_score(s) for s in samples])
         lengths = torch.tensor([float(s.response_length.reshape(-1)[0]) for s in samples])
-        pool_config = self.generator.pool_config  # None: upstream's generation path
-        est = pool_config is not None and getattr(pool_config, "strategy", "seq") == "est"
-        sizes = self.generator.last_group_sizes if est else [n] * (len(samples) // n)
+        sizes = trained_group_sizes(samples)  # from the group id of each sample, whatever the strategy
         signal_groups = group_signal(samples, sizes)
-        gen = self.generator.last_metrics if pool_config is not None else {}  # n = 1: upstream's path
+        gen = self.generator.last_metrics if self.generator.pool_config is not None else {}  # n = 1: upstream's path
         generated = gen.get("ada/tokens_generated", lengths.sum().item())
         per_prompt = gen.get("ada/samples_per_prompt_mean", float(n))
         if "ada/eta" in gen:

@@ -13,7 +13,11 @@ samples that dynamic batching never trains.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import List, Sequence
+
+import torch
+
+from openrlhf_ada.algorithms.baselines import group_sizes
 
 
 def data_parallel_unit(args) -> int:
@@ -42,17 +46,20 @@ def short_step_unit(args) -> int:
     return math.lcm(data_parallel_unit(args), max(1, args.train.batch_size))
 
 
-def whole_units(count: int, unit: int) -> int:
-    """The largest multiple of `unit` not above `count`."""
-    return count // unit * unit
-
-
-def est_usable(group_sizes: Sequence[int], unit: int) -> int:
-    """Samples in the longest leading run of whole groups (of varying size, in order) that holds a multiple of
-    `unit` samples; 0 when no run does."""
+def usable_samples(group_sizes: Sequence[int], unit: int) -> int:
+    """Samples in the longest leading run of whole groups (of any sizes, in order) that holds a multiple of `unit`
+    samples; 0 when no run does. The one short-step cut of every strategy (fixed groups of n are one case)."""
     usable = total = 0
     for size in group_sizes:
         total += size
         if total % unit == 0:
             usable = total
     return usable
+
+
+def trained_group_sizes(samples) -> List[int]:
+    """The sizes of a step's groups, in order, read from each sample's group id (`info["ada_group"]`, stamped by the
+    samples generator when it builds the step, on every training path)."""
+    if not samples:
+        return []
+    return group_sizes(torch.cat([e.info["ada_group"].reshape(-1) for e in samples]))

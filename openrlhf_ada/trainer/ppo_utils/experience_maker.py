@@ -6,23 +6,23 @@ Only `compute_advantages_and_returns` changes (and upstream's per-token return l
   reverse cumulative sum where that gives the very same values, i.e. when every row holds at most one nonzero token
   reward (outcome rewards without a KL term in the reward; algorithms/returns.py); otherwise the loop runs;
 - the project's baselines, one path (`_group_advantages`) for `--ada.enable --ada.baseline pool` (Seq, with rloo /
-  reinforce_baseline / dr_grpo / group_norm) and `--ada.strategy est`: each sample's group index (Seq: sample i of
-  the rollout belongs to group i // n; Est: every sample of a prompt is trained, so groups have different sizes,
-  found in rollout order: a group starts at pool index 0 and its size is its pool count), then
-  baselines.group_baseline on it (Seq: with the per-prompt pool statistics RoundsSamplesGenerator put into each
-  sample's `info`, ada_pool_count / _mean / _std; Est: the group's own, or with the `authors` preset their GRPO
-  advantage, estimate.authors_baseline), then the `--ada.prompt_weight` from the pool's pass rate
-  (`ada_pool_pass_rate`, estimate.prompt_weights; not read with `none`), before the KL term. Everything around it
-  (length penalties, KL reward, clipping, returns, global whitening for reinforce_baseline) follows upstream's
-  order, built from upstream's own helpers, except the returns: one reverse cumulative sum (algorithms/returns.py)
-  instead of upstream's loop over positions;
+  reinforce_baseline / dr_grpo / group_norm) and `--ada.strategy est` (`baseline`, decided by the flags): each
+  sample's group from its group id, then baselines.group_baseline on it (pool: with the per-prompt pool statistics
+  RoundsSamplesGenerator put into each sample's `info`, ada_pool_count / _mean / _std; group: the group's own;
+  authors: the authors' GRPO advantage, estimate.authors_baseline), then the `--ada.prompt_weight` from the pool's
+  pass rate (`ada_pool_pass_rate`, estimate.prompt_weights; not read with `none`), before the KL term. Everything
+  around it (length penalties, KL reward, clipping, returns, global whitening for reinforce_baseline) follows
+  upstream's order, built from upstream's own helpers, except the returns: one reverse cumulative sum
+  (algorithms/returns.py) instead of upstream's loop over positions;
 - `--adora.enable` inside [start_step, end_step): the FINAL advantages of every token of every sample are multiplied
   by its group's weight, after baseline, normalisation and whitening, for every estimator (critic returns are not
   weighted); each group's weight from its own samples, whatever its size (adora.ragged_sample_weights). Weights and
   ADORA metrics go into `info`, so upstream's logging carries them to wandb/tensorboard.
 
-Groups are defined as upstream defines them: restore rollout order from `experience.index`, sample i belongs to
-prompt i // n (Est: the groups found as above).
+Groups are values: rollout order is restored from `experience.index`, and each sample carries its group's id
+(`info["ada_group"]`), which the samples generator stamps when it builds the step, on every training path (fixed n,
+Seq, Est, and upstream's generation, where a prompt's n samples are its group). A group's samples are contiguous in
+rollout order; nothing here asks which strategy sampled them.
 """
 
 from __future__ import annotations
@@ -44,10 +44,10 @@ from openrlhf_ada.algorithms.adora import (
     ragged_sample_weights,
 )
 from openrlhf_ada.algorithms.baselines import (
-    GROUP_BASELINE_ESTIMATORS,
     group_baseline,
     group_firsts,
     group_index,
+    group_sizes,
     group_std,
     group_sums,
 )
@@ -58,7 +58,7 @@ from openrlhf_ada.args import ada_config, adora_config
 POOL_KEYS = ("ada_pool_count", "ada_pool_mean", "ada_pool_std")
 #: Per-prompt values the samples generator puts in `info` for this class; removed once used: upstream logs every info
 #: key as a batch average, which for these means nothing.
-PER_PROMPT_KEYS = POOL_KEYS + ("ada_pool_index", "ada_samples", "ada_pool_pass_rate")
+PER_PROMPT_KEYS = POOL_KEYS + ("ada_group", "ada_pool_index", "ada_samples", "ada_pool_pass_rate")
 
 
 class RolloutOrder:
@@ -89,16 +89,10 @@ class AdoraPoolExperienceMaker(RemoteExperienceMaker):
         self.global_step = 1  # the step being trained, as logged; the trainer sets it before each batch
 
     @property
-    def est(self) -> bool:
-        return self.ada is not None and self.ada.strategy == "est"
-
-    @property
-    def uses_pool_baseline(self) -> bool:
-        return (
-            self.ada is not None
-            and self.ada.baseline == "pool"
-            and self.args.algo.advantage.estimator in GROUP_BASELINE_ESTIMATORS
-        )
+    def baseline(self):
+        """The project's group baseline in force (`AdaConfig.advantage_baseline`: "pool", "group", "authors"), or None:
+        upstream's advantages."""
+        return None if self.ada is None else self.ada.advantage_baseline(self.args.algo.advantage.estimator)
 
     @property
     def adora_active(self) -> bool:
@@ -121,17 +115,30 @@ class AdoraPoolExperienceMaker(RemoteExperienceMaker):
         return super().get_cumulative_returns(rewards, action_mask, gamma)
 
     def _advantages(self, experiences: List[Experience]) -> List[Experience]:
-        if self.est or self.uses_pool_baseline:
+        if self.baseline is not None:
             return self._group_advantages(experiences)
         if not self.adora_active:
             return super().compute_advantages_and_returns(experiences)
         # upstream's advantages, weighted by ADORA; ADORA reads the outcome before length penalties touch the rewards
         order = RolloutOrder(experiences)
+        group = self._groups(experiences, order)
         outcome = self._outcome(experiences, order)
         experiences = super().compute_advantages_and_returns(experiences)
-        group = torch.arange(len(order.indices)) // self.args.rollout.n_samples_per_prompt
         self._apply_adora(experiences, order, group, outcome)
         return experiences
+
+    @staticmethod
+    def _groups(experiences: List[Experience], order: "RolloutOrder") -> torch.Tensor:
+        """Each sample's group (0..G-1, contiguous in rollout order), from the group id the samples generator gave
+        every sample it built (`ada_group`), whatever the strategy that sampled them."""
+        if any("ada_group" not in e.info for e in experiences):
+            raise RuntimeError("the project's advantages need each sample's group id (info['ada_group'], set by "
+                               "RoundsSamplesGenerator); these experiences were not produced by it")
+        ids = order.flat([e.info["ada_group"].long() for e in experiences])
+        try:
+            return group_index(group_sizes(ids))
+        except ValueError as e:
+            raise RuntimeError(f"the samples are not whole groups in rollout order: {e}") from e
 
     # -- the project's baselines: one path for Seq's pool baseline and Est's groups -------------------------------
     def _group_advantages(self, experiences: List[Experience]) -> List[Experience]:
@@ -139,28 +146,26 @@ class AdoraPoolExperienceMaker(RemoteExperienceMaker):
         ADORA (module docstring)."""
         args, ada = self.args, self.ada
         weighted = ada.weight_kind != "none"
-        keys = POOL_KEYS + (("ada_pool_index",) if self.est else ()) + (("ada_pool_pass_rate",) if weighted else ())
+        keys = (POOL_KEYS if self.baseline == "pool" else ()) + (("ada_pool_pass_rate",) if weighted else ())
         missing = [k for k in keys if any(k not in e.info for e in experiences)]
         if missing:
-            what = "--ada.strategy est" if self.est else "--ada.baseline pool"
-            raise RuntimeError(f"{what} needs {missing} in every sample's info (set by RoundsSamplesGenerator); "
-                               "these experiences were not produced by it")
+            raise RuntimeError(f"the {self.baseline} baseline needs {missing} in every sample's info (set by "
+                               "RoundsSamplesGenerator); these experiences were not produced by it")
         for e in experiences:
             e.rewards = e.rewards.to(torch.promote_types(e.rewards.dtype, torch.float32))
         order = RolloutOrder(experiences)
+        group = self._groups(experiences, order)
         # the outcome before length penalties touch the rewards: what ADORA and the authors' counts read
         outcome = self._outcome(experiences, order)
         apply_length_penalties(experiences, args)
         rewards = order.flat([e.rewards for e in experiences])
         per_sample = {k: order.flat([e.info[k].float() for e in experiences]) for k in keys}
-        group = self._est_groups(per_sample) if self.est else (
-            torch.arange(rewards.numel()) // args.rollout.n_samples_per_prompt)
         first = group_firsts(group)  # where each group's per-prompt values are read
         estimator = args.algo.advantage.estimator
-        if self.est and ada.est_config.baseline == "authors":  # their GRPO: dr_grpo r - share correct, group_norm / std
+        if self.baseline == "authors":  # their GRPO: dr_grpo r - share correct, group_norm / std
             positive = outcome["scores"] > ada.positive_threshold
             shaped = authors_baseline(rewards, group, positive, norm_by_std=estimator == "group_norm").to(rewards.dtype)
-        elif self.est:
+        elif self.baseline == "group":
             shaped = group_baseline(rewards, group, estimator)
         else:
             shaped = group_baseline(rewards, group, estimator, pool_count=per_sample["ada_pool_count"][first],
@@ -178,18 +183,6 @@ class AdoraPoolExperienceMaker(RemoteExperienceMaker):
         if self.adora_active:
             self._apply_adora(experiences, order, group, outcome)
         return experiences
-
-    @staticmethod
-    def _est_groups(per_sample: dict) -> torch.Tensor:
-        """--ada.strategy est: each sample's group, found in rollout order (a group's pool indices are 0..size-1,
-        contiguous, and its size is its pool count)."""
-        index, count = per_sample["ada_pool_index"], per_sample["ada_pool_count"]
-        starts = (index == 0).nonzero().reshape(-1)
-        sizes = torch.diff(starts, append=torch.tensor([index.numel()]))
-        if starts.numel() == 0 or starts[0] != 0 or not torch.equal(sizes.double(), count[starts].double()):
-            raise RuntimeError("--ada.strategy est: the samples are not whole groups in rollout order (each group's "
-                               "pool indices 0..size-1, contiguous)")
-        return group_index(sizes)
 
     # -- ADORA -------------------------------------------------------------------------------------------------
     def _apply_adora(self, experiences, order: RolloutOrder, group: torch.Tensor, outcome: dict) -> None:

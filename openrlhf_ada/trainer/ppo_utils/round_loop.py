@@ -9,7 +9,8 @@
     decide     per prompt: a done pool is settled, an active one waits for its next round
     release    which next rounds go out now: the ONE place the schedules differ (async at once, sync at the barrier)
     settle     a done prompt: its group selected, dropped, filtered, or held back for failed rewards
-    build      the experiences the trainer gets: n per accepted prompt, in the order drawn, with pool statistics
+    build      the experiences the trainer gets: each accepted prompt's group, in the order drawn, with its group
+               id and pool statistics
 
 A strategy that decides each prompt's pool otherwise overrides the step's few hooks (`open_pools`, `lost`,
 `strategy_metrics`, `logged_metrics`): Reinforce-Ada-Est is `EstStep` (est_step.py), whose pools are one round of an
@@ -39,8 +40,9 @@ moves data between the pools and the engines:
   groups of earlier epochs in the same history (GRESO's probability, `algorithms/greso.py`) before any plan; a
   skipped prompt is counted (`ada/greso_skipped`) and the next one taken, and after the step the generator moves
   p_easy / p_hard by the step's rolled-out groups (`ada/greso_p_easy`, `ada/greso_p_hard`);
-- exactly n samples per accepted prompt, contiguous, in the order the prompts were drawn; each sample's `info`
-  carries the pool statistics (for the pool baseline) and the step's Reinforce-Ada metrics (for logging).
+- the kept samples of each accepted prompt, contiguous, in the order the prompts were drawn; each sample's `info`
+  carries its group's id (`ada_group`: what every consumer after the build reads the groups from), the pool
+  statistics (for the pool baseline) and the step's Reinforce-Ada metrics (for logging).
 
 Streaming (`--ada.cancel`) and batch feeding differ in `dispatch` and `collect` only. Streaming sends each round
 of a prompt as one Ray streaming call, `generate_stream` of the project's engine actor
@@ -70,6 +72,7 @@ from tqdm import tqdm
 from openrlhf_ada.algorithms.estimate import allocation_metrics
 from openrlhf_ada.algorithms.history import prompt_key
 from openrlhf_ada.algorithms.reinforce_ada import PromptPool, make_rng, step_metrics
+from openrlhf_ada.trainer.ppo_utils.batching import trained_group_sizes
 from openrlhf_ada.trainer.ppo_utils.sample_failures import FailureLog
 from openrlhf_ada.trainer.ppo_utils.sample_record import SampleRecord, penalised, record_of
 from openrlhf_ada.trainer.ppo_utils.stall_watch import StallWatch
@@ -126,7 +129,7 @@ class RoundStep:
     that seeds the per-prompt generators, the epoch, the history, groups carried from a short step), changed only
     through its own methods (`begin_step`, `prompts_drawn`, `take_skipped`, `hold_skipped`, `greso_skips`,
     `greso_adapt`), and the engine-fault
-    handling (`_drop_dead_engines`, `_check_stalled`). What the step found (`pools`, `logged`, `group_sizes`) the
+    handling (`_drop_dead_engines`, `_check_stalled`). What the step found (`pools`, `logged`) the
     generator reads from the step when it ends."""
 
     def __init__(self, generator, dataloader_iter, num_prompts: int, dynamic_filtering, generate_kwargs: dict):
@@ -140,7 +143,7 @@ class RoundStep:
         self.stream_run = uuid.uuid4().hex[:12]
         self.history = gen.history
         self.dataloader_iter, self.dynamic_filtering = dataloader_iter, dynamic_filtering
-        self.num_prompts = num_prompts - len(self.carried) // gen.args.rollout.n_samples_per_prompt
+        self.num_prompts = num_prompts - len(trained_group_sizes(self.carried))
         self.prompts_consumed = self.next_uid = 0
         self.exhausted = False
         self.finished: List[ActivePrompt] = []  # every prompt processed this step, in the order finished
@@ -159,7 +162,6 @@ class RoundStep:
         # what the step found, read by the generator when it ends
         self.pools: Optional[List[PromptPool]] = None  # every prompt's pool, in the order drawn
         self.logged: Optional[dict] = None  # the step's metrics
-        self.group_sizes: Optional[List[int]] = None  # the trained groups' sizes, in order
         self.max_rounds = self.config.max_rounds  # the rounds a prompt may take (the metrics count each)
 
     # -- the step, top to bottom --------------------------------------------------------------------------------
@@ -454,20 +456,20 @@ class RoundStep:
         return FIXED_N_METRICS if self.gen.ada is None else None
 
     def build(self, metrics: dict) -> List[Experience]:
-        """The carried groups, then n samples per accepted prompt in the order drawn, each with its pool's statistics
-        (for the pool baseline) and the step's metrics in `info`. A value the samples share is one tensor, shared:
-        nothing changes an `info` tensor in place, and the micro-batches concatenate them into new ones."""
+        """The carried groups, then the kept samples of each accepted prompt in the order drawn, each with its group's
+        id (`ada_group`, a new one per group from the generator: every consumer reads the groups from it), its pool's
+        statistics (for the pool baseline) and the step's metrics in `info`. A value the samples share is one tensor,
+        shared: nothing changes an `info` tensor in place, and the micro-batches concatenate them into new ones."""
         out: List[Experience] = list(self.carried)
         weighted = self.gen.ada is not None and self.gen.ada.weight_kind != "none"
-        self.group_sizes = [self.gen.args.rollout.n_samples_per_prompt] * (
-            len(self.carried) // self.gen.args.rollout.n_samples_per_prompt)
         step_info = {key.replace("/", "_"): torch.tensor([float(value)]) for key, value in metrics.items()}
         for item in sorted(self.finished, key=lambda it: it.uid):
             kept = self.accepted.get(item.uid)
             if not kept:
                 continue
             pool = item.pool
-            pool_info = {"ada_pool_count": torch.tensor([float(pool.count)]), "ada_pool_mean": torch.tensor([pool.mean]),
+            pool_info = {"ada_group": self.gen.new_group_id(),
+                         "ada_pool_count": torch.tensor([float(pool.count)]), "ada_pool_mean": torch.tensor([pool.mean]),
                          "ada_pool_std": torch.tensor([pool.std]), "ada_samples": torch.tensor([float(pool.samples)])}
             if weighted:  # the pass rate --ada.prompt_weight reads
                 pool_info["ada_pool_pass_rate"] = torch.tensor([pool.num_pos / pool.count])
@@ -476,7 +478,6 @@ class RoundStep:
                 e.info.update(pool_info)
                 e.info.update(step_info)
             out.extend(kept)
-            self.group_sizes.append(len(kept))
         logger.info(
             f"{'Reinforce-Ada' if self.gen.ada else 'Fixed-n'} step {self.step}: {len(self.accepted)} groups "
             f"from {self.prompts_consumed} prompts, {int(metrics.get('ada/samples_generated', 0))} samples, "

@@ -18,10 +18,14 @@ What reaches upstream's trainer is made safe for it (`generate_samples`):
 - every sample of a step carries the same `info` keys, in one order (a step may mix two generation calls, and
   upstream's replay buffer splits a batch by key; ranks reduce a micro-batch's metrics value by value in the order of
   its first sample's keys);
-- a short step at the end of the data (drop mode, filtering, failures) holds a whole number of `batch_unit`s: the
-  cluster trainers set the unit to whole train batches that every data-parallel rank splits alike
-  (batching.short_step_unit), so DeepSpeed's gradient accumulation stays aligned with the rollout steps; the groups
-  left over go into the next episode's first step (Est, and upstream's generation path, drop them, logged);
+- every trained sample carries its group's id (`info["ada_group"]`, a new one per group of the run: the step's
+  build stamps it, and on upstream's generation path `_generate_vllm` does, a prompt's n samples being its group);
+  what comes after reads the groups from it;
+- a short step at the end of the data (drop mode, filtering, failures) holds a whole number of `batch_unit`s, one
+  cut over whole groups for every strategy: the cluster trainers set the unit to whole train batches that every
+  data-parallel rank splits alike (batching.short_step_unit), so DeepSpeed's gradient accumulation stays aligned
+  with the rollout steps; the groups left over go into the next episode's first step (Est, and upstream's generation
+  path, drop them, logged);
 - upstream's dynamic-filtering pass rate counts groups, not samples.
 Evaluation leaves out the prompts whose samples got no reward (counted and logged) instead of crashing upstream's
 metrics.
@@ -44,7 +48,7 @@ from openrlhf_ada.algorithms.history import HistoryConfig, PromptHistory
 from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool
 from openrlhf_ada.args import ada_config, fault_config, greso_config
 from openrlhf_ada.rewards.checks import scored_by_reward_model
-from openrlhf_ada.trainer.ppo_utils.batching import est_usable, whole_units
+from openrlhf_ada.trainer.ppo_utils.batching import trained_group_sizes, usable_samples
 from openrlhf_ada.trainer.ppo_utils.est_step import EstStep
 from openrlhf_ada.trainer.ppo_utils.round_loop import RoundStep
 from openrlhf_ada.trainer.ppo_utils.sample_failures import reward_failed
@@ -109,7 +113,11 @@ class RoundsSamplesGenerator(SamplesGenerator):
             history_config = replace(history_config, skip=0.0)
         keep_history = self.ada is not None and (self.ada.history or self.est)
         self.history = PromptHistory(history_config) if keep_history or self.greso is not None else None
-        self.last_group_sizes: List[int] = []  # sizes of the last training step's groups, in order (est: varying)
+        self.last_group_sizes: List[int] = []  # sizes of the last training step's groups, in order (from their ids)
+        self._groups_made = 0  # group ids handed out so far: each group of the run gets its own (`new_group_id`)
+        # a short step's groups after its cut wait for the next episode's first step (fixed n, Seq); Est drops them
+        # (a carried group of its own size would change the next step's total), and upstream's path has no loop
+        self.carries_short_step = self.pool_config is not None and not self.est
         self.est_watch = SeenWatch()  # est: warns once when the estimator keeps finding no history
         self._epoch = -1
         self._epoch_pending = False  # a fresh iterator: its first prompt starts the next epoch
@@ -185,27 +193,9 @@ class RoundsSamplesGenerator(SamplesGenerator):
             self._resume_in_epoch = False
         samples, pass_rate, consumed, exhausted = super().generate_samples(**generate_kwargs)
         full = self.args.rollout.batch_size * self.args.rollout.n_samples_per_prompt
-        if self.est and samples and len(samples) < full:
-            samples = self._cut_est_short_step(samples)
-        elif samples and len(samples) < full:
-            usable = whole_units(len(samples), self.batch_unit)
-            if usable < len(samples) and self.pool_config is not None:
-                n = self.args.rollout.n_samples_per_prompt
-                self._carry = samples[usable:]
-                samples = samples[:usable]
-                logger.warning(
-                    f"short step at the end of the data: {len(samples) // n} groups trained now, "
-                    f"{len(self._carry) // n} held back for the next episode's first step (dropped if this was the "
-                    f"last episode), so that the step is whole train batches that every data-parallel rank splits "
-                    f"alike (a multiple of {self.batch_unit} samples)"
-                )
-            elif usable < len(samples):  # upstream's generation (n = 1, or a reward model): nothing to carry
-                logger.warning(
-                    f"short step at the end of the data: {usable} of {len(samples)} samples trained, the rest dropped, "
-                    f"so that the step is whole train batches that every data-parallel rank splits alike (a multiple "
-                    f"of {self.batch_unit} samples)"
-                )
-                samples = samples[:usable]
+        if samples and len(samples) < full:
+            samples = self._cut_short_step(samples)
+        self.last_group_sizes = trained_group_sizes(samples)
         filled = uniform_info_keys(samples)
         if filled:
             logger.warning(f"info keys missing from some samples of this step, set to 0: {filled} (a reward file "
@@ -214,24 +204,26 @@ class RoundsSamplesGenerator(SamplesGenerator):
             pass_rate = pass_rate / self.args.rollout.n_samples_per_prompt
         return samples, pass_rate, consumed, exhausted
 
-    def _cut_est_short_step(self, samples: List[Experience]) -> List[Experience]:
-        """--ada.strategy est at the end of the data: the longest run of whole groups (of varying size) holding a
-        multiple of `batch_unit` samples (whole train batches that every rank splits alike) is trained; the groups
-        after it are dropped (logged). Nothing is carried: a carried group of its own size would change the next
-        step's total."""
-        usable = est_usable(self.last_group_sizes, self.batch_unit)
-        if usable < len(samples):
-            logger.warning(f"short step at the end of the data (--ada.strategy est): {usable} of {len(samples)} "
-                           f"samples trained (whole groups, a multiple of {self.batch_unit} samples: whole train "
-                           "batches that every data-parallel rank splits alike); the groups after them are dropped")
-            kept, total = 0, 0
-            for size in self.last_group_sizes:
-                if total + size > usable:
-                    break
-                total += size
-                kept += 1
-            self.last_group_sizes = self.last_group_sizes[:kept]
-        return samples[:usable]
+    def _cut_short_step(self, samples: List[Experience]) -> List[Experience]:
+        """A short step at the end of the data, for every strategy: the longest leading run of whole groups (read
+        from the samples' group ids) holding a multiple of `batch_unit` samples (whole train batches that every rank
+        splits alike) is trained. The groups after it are held back for the next episode's first step where the
+        strategy carries them (`carries_short_step`), else dropped; logged either way."""
+        sizes = trained_group_sizes(samples)
+        usable = usable_samples(sizes, self.batch_unit)
+        if usable == len(samples):
+            return samples
+        trained, rest = samples[:usable], samples[usable:]
+        groups = len(trained_group_sizes(trained))
+        if self.carries_short_step:
+            self._carry = rest
+            what = "held back for the next episode's first step (dropped if this was the last episode)"
+        else:
+            what = f"dropped ({len(rest)} samples)"
+        logger.warning(f"short step at the end of the data: {groups} groups trained now, {len(sizes) - groups} {what}, "
+                       f"so that the step is whole train batches that every data-parallel rank splits alike (a "
+                       f"multiple of {self.batch_unit} samples)")
+        return trained
 
     @torch.no_grad()
     def generate_eval_samples(self, **generate_kwargs) -> List[Experience]:
@@ -278,8 +270,16 @@ class RoundsSamplesGenerator(SamplesGenerator):
     def _generate_vllm(
         self, dataloader_iter, num_prompts: int, dynamic_filtering, **generate_kwargs
     ) -> Tuple[List[Experience], int, bool]:
-        if self._in_eval or self.pool_config is None:
+        if self._in_eval:
             return super()._generate_vllm(dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs)
+        if self.pool_config is None:  # upstream's generation: each prompt's n samples together, a group each
+            samples, consumed, exhausted = super()._generate_vllm(dataloader_iter, num_prompts, dynamic_filtering,
+                                                                  **generate_kwargs)
+            n = self.args.rollout.n_samples_per_prompt
+            ids = [self.new_group_id() for _ in range(0, len(samples), n)]
+            for i, e in enumerate(samples):
+                e.info["ada_group"] = ids[i // n]
+            return samples, consumed, exhausted
         step = (EstStep if self.est else RoundStep)(self, dataloader_iter, num_prompts, dynamic_filtering,
                                                      generate_kwargs)
         try:
@@ -289,8 +289,6 @@ class RoundsSamplesGenerator(SamplesGenerator):
                 self.last_pools = step.pools
             if step.logged is not None:
                 self.last_metrics = step.logged
-            if step.group_sizes is not None:
-                self.last_group_sizes = step.group_sizes
 
     # -- the state a step changes: through these, by the step (round_loop.RoundStep) -------------------------------
     @property
@@ -304,6 +302,12 @@ class RoundsSamplesGenerator(SamplesGenerator):
         self._step += 1
         carried, self._carry = self._carry, []
         return self._step, carried
+
+    def new_group_id(self) -> torch.Tensor:
+        """A group id no other group of this run has (`info["ada_group"]` of each of the group's samples): groups
+        stay apart however upstream's buffer or a carried short step puts steps' samples together."""
+        self._groups_made += 1
+        return torch.tensor([self._groups_made - 1])
 
     def prompts_drawn(self, count: int) -> int:
         """The step took `count` prompts from the loader (0: it had none left): the first prompt of a fresh iterator
