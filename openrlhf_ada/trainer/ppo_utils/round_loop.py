@@ -3,7 +3,7 @@
 `RoundStep(generator, ...).run()` is the whole step, top to bottom:
 
     draw       prompts from the data (with --ada.history or --ada.skip greso: a skipped one counted and replaced)
-    dispatch   each prompt's next round to the engines (a Ray call per round, or a stream per round)
+    dispatch   each prompt's next round to the engines, through the step's transport (transport.py)
     collect    what comes back: a whole round, or one message of a stream (every sample the engine finished
                since its last one), for every one ready at a wait (a lost engine's round runs again)
     decide     per prompt: a done pool is settled, an active one waits for its next round
@@ -12,9 +12,10 @@
     build      the experiences the trainer gets: each accepted prompt's group, in the order drawn, with its group
                id and pool statistics
 
-A strategy that decides each prompt's pool otherwise overrides the step's few hooks (`open_pools`, `lost`,
-`strategy_metrics`, `logged_metrics`): Reinforce-Ada-Est is `EstStep` (est_step.py), whose pools are one round of an
-allocated count. Without Reinforce-Ada the pools are one round of n (`AdaConfig.one_round`).
+`RoundStep` is Reinforce-Ada Seq's step. A strategy that decides each prompt's pool otherwise overrides the step's
+few hooks (`open_pools`, `lost`, `strategy_metrics`, `logged_metrics`): Reinforce-Ada-Est is `EstStep`
+(est_step.py), whose pools are one round of an allocated count; fixed n (Reinforce-Ada off) is `FixedNStep`, whose
+pools are one round of n (`AdaConfig.one_round`) and whose metrics leave out round and resolution counts.
 
 Every per-prompt decision is the prompt's `PromptPool` (openrlhf_ada/algorithms/reinforce_ada.py); this module only
 moves data between the pools and the engines:
@@ -44,23 +45,17 @@ moves data between the pools and the engines:
   carries its group's id (`ada_group`: what every consumer after the build reads the groups from), the pool
   statistics (for the pool baseline) and the step's Reinforce-Ada metrics (for logging).
 
-Streaming (`--ada.cancel`) and batch feeding differ in `dispatch` and `collect` only. Streaming sends each round
-of a prompt as one Ray streaming call, `generate_stream` of the project's engine actor
-(openrlhf_ada/trainer/ray/vllm_engine.py), to the engine upstream's least-loaded choice picks; the samples come
-back as they are generated and scored, each message of the stream with every sample finished since the previous one
-(one `ray.get` per message, not per sample), and each sample goes into the pool at once (`PromptPool.add_sample`).
-When the pool says the prompt is resolved, `cancel_stream` aborts the round's outstanding requests; the stream's
-last message says how many were cancelled and the tokens they had generated, which close the round (`end_round`).
-A lost engine's requests that had not come back run again on another one. docs/algorithms.md explains the cancel
-order and its trade-off.
+How rounds reach the engines and come back is the transport the generator gives the step (transport.py): one
+upstream call per round (`RoundTransport`), or with `--ada.cancel` one stream per round whose rest is cancelled once
+the prompt is resolved (`StreamTransport`). The step only waits on what the transport sent (`ray.wait`, `ray.get`)
+and hands each message back to it; docs/algorithms.md explains the cancel order and its trade-off.
 """
 
 from __future__ import annotations
 
 import time
-import uuid
-from dataclasses import dataclass, field
-from typing import Iterator, List, Optional
+from dataclasses import dataclass
+from typing import List, Optional
 
 import ray
 import torch
@@ -74,7 +69,7 @@ from openrlhf_ada.algorithms.history import prompt_key
 from openrlhf_ada.algorithms.reinforce_ada import PromptPool, make_rng, step_metrics
 from openrlhf_ada.trainer.ppo_utils.batching import trained_group_sizes
 from openrlhf_ada.trainer.ppo_utils.sample_failures import FailureLog
-from openrlhf_ada.trainer.ppo_utils.sample_record import SampleRecord, penalised, record_of
+from openrlhf_ada.trainer.ppo_utils.sample_record import SampleRecord, record_of
 from openrlhf_ada.trainer.ppo_utils.stall_watch import StallWatch
 
 logger = init_logger(__name__)
@@ -106,7 +101,7 @@ class Drawn:
 
 @dataclass
 class ActivePrompt:
-    """A prompt being sampled in this step: its data, its pool, and (--ada.cancel) its open round's stream."""
+    """A prompt being sampled in this step: its data and its pool (what a stream needs is the transport's)."""
 
     uid: int
     prompt: str
@@ -114,12 +109,6 @@ class ActivePrompt:
     image: object
     pool: PromptPool
     key: Optional[str] = None  # prompt_key(prompt), with --ada.history
-    # --ada.cancel: the open round's stream (engine, group id), its requests not back yet, and the cancel sent
-    engine: object = None
-    group: Optional[str] = None
-    outstanding: set = field(default_factory=set)
-    cancel_sent: bool = False
-    streams: int = 0  # streams started for this prompt (group ids stay unique when a round is run again)
 
 
 class RoundStep:
@@ -132,15 +121,18 @@ class RoundStep:
     handling (`_drop_dead_engines`, `_check_stalled`). What the step found (`pools`, `logged`) the
     generator reads from the step when it ends."""
 
-    def __init__(self, generator, dataloader_iter, num_prompts: int, dynamic_filtering, generate_kwargs: dict):
+    title = "Reinforce-Ada"  # in the step's log line
+    progress_title = "Generate samples (Reinforce-Ada)"
+
+    def __init__(self, generator, transport, dataloader_iter, num_prompts: int, dynamic_filtering,
+                 generate_kwargs: dict):
         gen = self.gen = generator
+        self.transport = transport  # how rounds reach the engines and come back (transport.py)
         self.config = gen.pool_config
         self.step, self.carried = gen.begin_step()  # carried: whole groups held back from the last short step
         self.step_seed = (self.config.seed, self.step)
         self.generate_kwargs = {k: v for k, v in generate_kwargs.items() if k != "n_samples_per_prompt"}
         self.started = time.time()
-        self.streaming = self.config.cancel  # samples come back as they finish; a resolved prompt's rest is cancelled
-        self.stream_run = uuid.uuid4().hex[:12]
         self.history = gen.history
         self.dataloader_iter, self.dynamic_filtering = dataloader_iter, dynamic_filtering
         self.num_prompts = num_prompts - len(trained_group_sizes(self.carried))
@@ -153,7 +145,7 @@ class RoundStep:
         # judge the failed share once this many samples are back (a reward that always fails stops in round 1)
         self.min_judged = max(16, 2 * gen.args.rollout.n_samples_per_prompt)
         self.failures = FailureLog(build=self.experience)
-        self.pending: dict = {}  # ray ref (a round) or stream (--ada.cancel) -> ActivePrompt
+        self.pending: dict = {}  # the transport's reference (a round, or a round's stream) -> ActivePrompt
         self.to_dispatch: List[ActivePrompt] = []  # next rounds (and replacements) decided in this wait
         self.waiting_round: List[ActivePrompt] = []  # sync schedule: prompts whose next round waits for the barrier
         self.refill = 0  # replacement prompts to draw after this wait
@@ -172,8 +164,7 @@ class RoundStep:
             self.gen.hold_skipped(self.skipped)
             return self.carried, self.prompts_consumed, True
         self.skipped += self.gen.take_skipped()
-        self.pbar = tqdm(total=self.num_prompts,
-                         desc="Generate samples (Reinforce-Ada)" if self.gen.ada else "Generate samples")
+        self.pbar = tqdm(total=self.num_prompts, desc=self.progress_title)
         self.dispatch(active)
         watch = StallWatch(self.gen.fault, self.gen.vllm_engines)  # progress: a rollout back, or a token anywhere
         try:
@@ -191,8 +182,8 @@ class RoundStep:
                 batch = self.release()
                 if batch:
                     self.dispatch(batch)
-        finally:
-            self.cancel_streams()
+        finally:  # a step that ends (or fails) leaves nothing generating
+            self.transport.close(list(self.pending.values()))
         self.pbar.close()
         metrics = self.metrics()
         return self.build(metrics), self.prompts_consumed, self.exhausted
@@ -242,92 +233,41 @@ class RoundStep:
 
     # -- dispatch -----------------------------------------------------------------------------------------------
     def dispatch(self, batch: List[ActivePrompt]) -> None:
-        """Send each prompt's next round, prompts of one round size together (upstream's dispatch takes one n):
-        batch: one upstream call per round; streaming: one stream per round, for its requests not back yet."""
+        """Send each prompt's next round through the transport, prompts of one round size together (upstream's
+        dispatch takes one n)."""
         by_size = {}
         for item in batch:
-            if self.streaming:
-                if not item.outstanding:  # a new round; one run again after a lost engine keeps its requests
-                    item.outstanding = set(range(item.pool.start_round()))
-                size = len(item.outstanding)
-            else:
-                size = item.pool.next_round_size()
-            by_size.setdefault(size, []).append(item)
+            by_size.setdefault(self.transport.round_size(item), []).append(item)
         for size, items in by_size.items():
-            if self.streaming:
-                self.pending.update(dispatch_streams(self.gen, items, size, self.generate_kwargs, self.stream_run))
-                continue
-            refs = self.gen._dispatch_prompts_to_vllm(
-                [it.prompt for it in items],
-                [it.label for it in items],
-                images=[it.image for it in items],
-                n_samples_per_prompt=size,
-                **self.generate_kwargs,
-            )
-            self.pending.update(zip(refs, items))
+            self.pending.update(self.transport.send(items, size, self.generate_kwargs))
 
     # -- collect ------------------------------------------------------------------------------------------------
     def collect(self, ref, watch: StallWatch) -> Optional[ActivePrompt]:
-        """Take what `ref` brought back into its prompt's pool: a whole round, or (--ada.cancel) one message of a
-        round's stream, one `ray.get` either way. Returns the prompt when its round is over (to be decided), None
-        while its round goes on (more of its stream to come) or runs again (a lost engine)."""
-        item = self.pending[ref] if self.streaming else self.pending.pop(ref)
+        """Take what `ref` brought back into its prompt's pool (a whole round, or one message of a round's stream),
+        one `ray.get` either way. Returns the prompt when its round is over (to be decided), None while its round
+        goes on (more of its stream to come) or runs again (a lost engine)."""
+        item = self.pending[ref]
         try:
-            message = ray.get(next(ref) if self.streaming else ref)
+            message = ray.get(self.transport.message_ref(ref))
         except ENGINE_ERRORS as e:
             return self.engine_lost(ref, item, e)
         watch.progress()
-        if self.streaming:
-            return self.collect_streamed(ref, item, message)
-        records = self.records_of(message)  # a whole round, in request order
-        item.pool.add_round(
-            scores=[r.score for r in records],
-            rewards=penalised(records, self.gen.args),
-            items=records,
-            lengths=[r.length for r in records],
-        )
-        return item
-
-    def collect_streamed(self, ref, item: ActivePrompt, message: dict) -> Optional[ActivePrompt]:
-        """One message of a round's stream: every sample the engine finished since its previous message, each
-        entering the pool on its own as if it had come alone (the exit rule and the failed share are checked after
-        each), and in the stream's last message the end of the round. Returns the prompt once its round is over."""
-        last = "end" in message
-        for sample in message["samples"]:
-            self.add_streamed_sample(item, sample["index"], sample["response"], more_to_come=not last)
-        if not last:
+        if not self.transport.feed(item, message, self.records_of):
             return None
-        # the round's stream is over: every request came back or was cancelled
         self.pending.pop(ref)
-        item.outstanding.clear()
-        item.pool.end_round(cancelled_tokens=int(message["cancelled_tokens"]))
         return item
-
-    def add_streamed_sample(self, item: ActivePrompt, index: int, response: dict, more_to_come: bool) -> None:
-        """One streamed sample into its prompt's pool. The first sample that resolves the prompt cancels the round's
-        outstanding requests at once, unless its stream has already ended (nothing is left to cancel then)."""
-        item.outstanding.discard(index)
-        (r,) = self.records_of([response])
-        stop = item.pool.add_sample(index, r.score, penalised([r], self.gen.args)[0], item=r, length=r.length)
-        if stop and more_to_come and not item.cancel_sent:
-            item.engine.cancel_stream.remote(item.group)
-            item.cancel_sent = True
 
     def engine_lost(self, ref, item: ActivePrompt, error) -> Optional[ActivePrompt]:
         """An engine died mid-round (its actor, or the vLLM engine core inside a live actor): the round is lost, not
-        counted, and runs again elsewhere (--ada.cancel: only its requests that had not come back). A task error
-        with every engine healthy is a bug, raised as it is."""
+        counted, and runs again elsewhere (a stream: only its requests that had not come back, `runs_again`). A task
+        error with every engine healthy is a bug, raised as it is."""
         self.pending.pop(ref, None)
         if not self.gen._drop_dead_engines(error) and isinstance(error, ray.exceptions.RayTaskError):
             raise error
         self.engine_failures += 1
-        if not self.streaming or (item.outstanding and not item.pool.should_cancel):
+        if self.transport.runs_again(item):
             self.to_dispatch.append(item)
             return None
-        # --ada.cancel: the prompt had stopped (the rest was being cancelled) or every request was back: the round is
-        # over (what the lost engine had generated for it is unknown: not counted)
-        item.outstanding.clear()
-        item.pool.end_round()
         return item
 
     def records_of(self, responses) -> List[SampleRecord]:
@@ -409,14 +349,6 @@ class RoundStep:
         """A prompt settled without a trained group (dropped, failed or filtered): its replacement is drawn later.
         Nothing to note here (a strategy that sizes each prompt does, EstStep)."""
 
-    def cancel_streams(self) -> None:
-        """A step that ends (or fails) leaves nothing generating: cancel the streams still running."""
-        for item in self.pending.values() if self.streaming else ():
-            try:
-                item.engine.cancel_stream.remote(item.group)
-            except Exception:  # noqa: BLE001 (a dead engine generates nothing anyway)
-                pass
-
     # -- build --------------------------------------------------------------------------------------------------
     def metrics(self) -> dict:
         """The step's metrics (`logged`, the generator's `last_metrics`, with `pools`, its `last_pools`); a failed share
@@ -424,7 +356,7 @@ class RoundStep:
         gen = self.gen
         self.pools = [item.pool for item in sorted(self.finished, key=lambda it: it.uid)]  # in the order drawn
         metrics = step_metrics(self.pools, self.max_rounds, skipped=self.skipped)
-        if gen.ada is not None and self.pools:
+        if self.pools:
             metrics.update(allocation_metrics([pool.samples for pool in self.pools],
                                               [pool.sum / pool.count if pool.count else 0.0 for pool in self.pools]))
         metrics.update(self.strategy_metrics())
@@ -451,9 +383,8 @@ class RoundStep:
         return {}
 
     def logged_metrics(self) -> Optional[set]:
-        """The metric names this step logs (besides fault/*); None: all. Fixed n (Reinforce-Ada off): round and
-        resolution counts say nothing."""
-        return FIXED_N_METRICS if self.gen.ada is None else None
+        """The metric names this step logs (besides fault/*); None: all."""
+        return None
 
     def build(self, metrics: dict) -> List[Experience]:
         """The carried groups, then the kept samples of each accepted prompt in the order drawn, each with its group's
@@ -461,7 +392,7 @@ class RoundStep:
         statistics (for the pool baseline) and the step's metrics in `info`. A value the samples share is one tensor,
         shared: nothing changes an `info` tensor in place, and the micro-batches concatenate them into new ones."""
         out: List[Experience] = list(self.carried)
-        weighted = self.gen.ada is not None and self.gen.ada.weight_kind != "none"
+        weighted = self.config.weight_kind != "none"
         step_info = {key.replace("/", "_"): torch.tensor([float(value)]) for key, value in metrics.items()}
         for item in sorted(self.finished, key=lambda it: it.uid):
             kept = self.accepted.get(item.uid)
@@ -479,7 +410,7 @@ class RoundStep:
                 e.info.update(step_info)
             out.extend(kept)
         logger.info(
-            f"{'Reinforce-Ada' if self.gen.ada else 'Fixed-n'} step {self.step}: {len(self.accepted)} groups "
+            f"{self.title} step {self.step}: {len(self.accepted)} groups "
             f"from {self.prompts_consumed} prompts, {int(metrics.get('ada/samples_generated', 0))} samples, "
             f"eta={metrics.get('ada/eta', 0):.3f}" + (f", {self.skipped} skipped" if self.history is not None
                                                        else "")
@@ -487,46 +418,13 @@ class RoundStep:
         return out
 
 
-# -- --ada.cancel: one stream per round, through upstream's own dispatch ---------------------------------------------
-class _StreamStarter:
-    """Stands in for one engine's `generate_responses` inside upstream's `_dispatch_prompts_to_vllm`: the call upstream
-    makes for a prompt starts that prompt's stream (`generate_stream`) on the engine instead. `items` is shared by
-    every engine's starter and yields the prompts in the order upstream dispatches them."""
+class FixedNStep(RoundStep):
+    """Fixed n (Reinforce-Ada off): each prompt one round of n samples, every one kept as its group (the pools of
+    `AdaConfig.one_round`), through the same loop, so failed rewards, dead engines and the metrics are handled
+    alike. Round and resolution counts say nothing here: the step logs `FIXED_N_METRICS`."""
 
-    def __init__(self, engine, items: Iterator[ActivePrompt], run: str):
-        self.engine, self.items, self.run = engine, items, run
+    title = "Fixed-n"
+    progress_title = "Generate samples"
 
-    def remote(self, *, prompt, label, sampling_params, max_length, hf_tokenizer, num_samples, images=None):
-        item = next(self.items)
-        assert prompt == item.prompt, "upstream's dispatch no longer follows the order of the prompts"
-        item.streams += 1
-        item.engine, item.cancel_sent = self.engine, False
-        item.group = f"{self.run}:{item.uid}:{item.pool.rounds}:{item.streams}"
-        return self.engine.generate_stream.remote(item.group, prompt, label, sampling_params, max_length,
-                                                  hf_tokenizer, sorted(item.outstanding), images)
-
-
-class _StreamingEngine:
-    """An engine as upstream's dispatch sees it: its load (`get_num_unfinished_requests`) and a `generate_responses`
-    that starts a stream."""
-
-    def __init__(self, engine, items: Iterator[ActivePrompt], run: str):
-        self.actor = engine  # what tokenizer_shipping.is_remote_engine looks at
-        self.get_num_unfinished_requests = engine.get_num_unfinished_requests
-        self.generate_responses = _StreamStarter(engine, items, run)
-
-
-def dispatch_streams(generator, items: List[ActivePrompt], size: int, generate_kwargs: dict, run: str) -> list:
-    """Start one `generate_stream` per prompt for the requests of its open round that are not back yet (`size`: the
-    round size, for upstream's load estimate). Engines, their order and the sampling parameters come from upstream's
-    `_dispatch_prompts_to_vllm` itself, run with each engine behind a `_StreamingEngine`. `run` keeps the streams'
-    group ids unique across steps. Returns [(stream, item)]."""
-    engines, calls = generator.vllm_engines, iter(items)
-    generator.vllm_engines = [_StreamingEngine(e, calls, run) for e in engines]
-    try:
-        streams = generator._dispatch_prompts_to_vllm([it.prompt for it in items], [it.label for it in items],
-                                                      images=[it.image for it in items], n_samples_per_prompt=size,
-                                                      **generate_kwargs)
-    finally:
-        generator.vllm_engines = engines
-    return list(zip(streams, items))
+    def logged_metrics(self) -> Optional[set]:
+        return FIXED_N_METRICS

@@ -1,11 +1,13 @@
 """`RoundsSamplesGenerator`: upstream's SamplesGenerator with Reinforce-Ada's adaptive multi-round sampling.
 
-Only the training generation step changes (`_generate_vllm` outside evaluation): it runs one `RoundStep`
-(round_loop.py; `--ada.strategy est`: one `EstStep`, est_step.py), where each prompt's `PromptPool` (openrlhf_ada.algorithms.reinforce_ada) decides round sizes, the
-exit rule, the outcome and the kept group, and the step only moves data between pools and engines. Without
---ada.enable, training generation runs through the same loop as one round of n samples per prompt
-(`AdaConfig.one_round`): the groups are upstream's, and failed rewards, dead engines and metrics are handled alike. With
-n = 1, or when a reward model scores the samples after generation (`scored_by_reward_model`), it is upstream's.
+Only the training generation step changes (`_generate_vllm` outside evaluation): it runs one step of the strategy
+chosen once from the flags (`step_class`: `RoundStep` for Seq's rounds, `FixedNStep` without --ada.enable, both
+round_loop.py; `EstStep` for `--ada.strategy est`, est_step.py), given the transport of `--ada.cancel`
+(`transport_class`, transport.py). Each prompt's `PromptPool` (openrlhf_ada.algorithms.reinforce_ada) decides round
+sizes, the exit rule, the outcome and the kept group, and the step only moves data between pools and engines.
+Without --ada.enable, training generation runs through the same loop as one round of n samples per prompt
+(`AdaConfig.one_round`): the groups are upstream's, and failed rewards, dead engines and metrics are handled alike.
+With n = 1, or when a reward model scores the samples after generation (`scored_by_reward_model`), it is upstream's.
 
 What outlives a step lives here: the generation-call counter that seeds the per-prompt generators, the epoch (a
 pass over the data, counted when a fresh iterator of the prompt loader yields its first prompt), the
@@ -50,9 +52,10 @@ from openrlhf_ada.args import ada_config, fault_config, greso_config
 from openrlhf_ada.rewards.checks import scored_by_reward_model
 from openrlhf_ada.trainer.ppo_utils.batching import trained_group_sizes, usable_samples
 from openrlhf_ada.trainer.ppo_utils.est_step import EstStep
-from openrlhf_ada.trainer.ppo_utils.round_loop import RoundStep
+from openrlhf_ada.trainer.ppo_utils.round_loop import FixedNStep, RoundStep
 from openrlhf_ada.trainer.ppo_utils.sample_failures import reward_failed
 from openrlhf_ada.trainer.ppo_utils.stall_watch import StallWatch
+from openrlhf_ada.trainer.ppo_utils.transport import RoundTransport, StreamTransport
 from openrlhf_ada.trainer.ray.engine_health import check_streaming_engines, lost_engines_message, probe_engines
 from openrlhf_ada.trainer.ray.tokenizer_shipping import ShippingEngine, TokenizerHandle, is_remote_engine
 
@@ -118,6 +121,9 @@ class RoundsSamplesGenerator(SamplesGenerator):
         # a short step's groups after its cut wait for the next episode's first step (fixed n, Seq); Est drops them
         # (a carried group of its own size would change the next step's total), and upstream's path has no loop
         self.carries_short_step = self.pool_config is not None and not self.est
+        # each training step: the strategy's step (Est, Seq's rounds, or fixed n) over the transport of --ada.cancel
+        self.step_class = EstStep if self.est else RoundStep if self.ada is not None else FixedNStep
+        self.transport_class = StreamTransport if self.ada is not None and self.ada.cancel else RoundTransport
         self.est_watch = SeenWatch()  # est: warns once when the estimator keeps finding no history
         self._epoch = -1
         self._epoch_pending = False  # a fresh iterator: its first prompt starts the next epoch
@@ -280,8 +286,8 @@ class RoundsSamplesGenerator(SamplesGenerator):
             for i, e in enumerate(samples):
                 e.info["ada_group"] = ids[i // n]
             return samples, consumed, exhausted
-        step = (EstStep if self.est else RoundStep)(self, dataloader_iter, num_prompts, dynamic_filtering,
-                                                     generate_kwargs)
+        step = self.step_class(self, self.transport_class(self), dataloader_iter, num_prompts, dynamic_filtering,
+                               generate_kwargs)
         try:
             return step.run()
         finally:  # what the step found, as far as it got (a step stopped by failed rewards has its pools)
