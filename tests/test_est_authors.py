@@ -128,10 +128,12 @@ def test_authors_preset_resolves_every_setting_and_flags_override_it():
 
 
 def test_a_one_sample_group_is_a_pool_and_a_simulated_step():
-    pool = PromptPool(AdaConfig.one_round(1))
+    from openrlhf_ada.algorithms.reinforce_ada import FixedN
+
+    pool = PromptPool(FixedN(1))
     pool.add_round([1.0], [1.0], items=["a"])
     assert pool.done and pool.select() == [0] and pool.outcome == "resolved" and (pool.mean, pool.std) == (0.0, 1.0)
-    failed = PromptPool(AdaConfig.one_round(1))
+    failed = PromptPool(FixedN(1))
     failed.add_round([None], [None])
     assert failed.outcome == "failed" and failed.select() == []
     # three prompts, budget 4, the authors' preset, over two epochs

@@ -146,11 +146,9 @@ class AdaConfig:
     prompt_weight: str = "auto"  # auto: none for seq, the preset's for est (paper: inv_sqrt_pass_rate, authors: none)
     prompt_weight_eps: float = 0.01
     prompt_weight_cap: float = 10.0
-    # one round of n, every sample kept as the group, n may be 1 (`one_round`: fixed n, and each Est prompt's pool)
-    keep_all: bool = False
 
     def __post_init__(self):
-        check_int("n (--rollout.n_samples_per_prompt)", self.n, 1 if self.keep_all else 2)
+        check_int("n (--rollout.n_samples_per_prompt)", self.n, 2)
         check_choice("ada.mode", self.mode, EXIT_RULES.names())
         if self.round_size is not None:
             check_int("ada.round_size", self.round_size, 1)
@@ -182,17 +180,6 @@ class AdaConfig:
                 f"ada.max_rounds"
             )
 
-    @classmethod
-    def one_round(cls, n: int, *, seed: Optional[int] = None, positive_threshold: Optional[float] = None
-                  ) -> "AdaConfig":
-        """One round of n samples, every sample kept as the prompt's group (n may be 1): plain GRPO-style sampling
-        with a fixed n, and each Est prompt's pool with its allocated count. The prompt is "resolved" when a sample
-        is correct (as under `pos`). Unset: the defaults' seed and threshold."""
-        return cls(n=n, mode="pos", round_size=n, max_rounds=1, unresolved="keep", selection="first",
-                   baseline="group", seed=cls.seed if seed is None else seed,
-                   positive_threshold=cls.positive_threshold if positive_threshold is None else positive_threshold,
-                   keep_all=True)
-
     @property
     def m(self) -> int:
         """Samples per round after the first."""
@@ -220,6 +207,15 @@ class AdaConfig:
                                      n_max=self.est_max, decay=self.est_decay, alpha=self.est_alpha,
                                      beta=self.est_beta, eps=self.est_eps)
 
+    def exit_rule_holds(self, num_pos: int, num_neg: int) -> bool:
+        """The exit rule of --ada.mode on a pool of `num_pos` positives and `num_neg` negatives."""
+        return exit_reached(num_pos, num_neg, mode=self.mode, n=self.n)
+
+    def kept(self, scores: Sequence[float], rng: Optional[random.Random]) -> List[int]:
+        """Pool indices of the group of n a done pool keeps (select_group under --ada.selection)."""
+        flags = [s > self.positive_threshold for s in scores]
+        return select_group(flags, self.n, policy=self.selection, rng=rng)
+
     def advantage_baseline(self, estimator: str) -> Optional[str]:
         """The group baseline the trained groups get under `estimator` (--algo.advantage.estimator), decided here once
         from the flags: "pool" (Seq's `--ada.baseline pool` on a group estimator: each kept group against its
@@ -235,6 +231,46 @@ class AdaConfig:
         if self.prompt_weight != "auto":
             return self.prompt_weight
         return EST_PRESETS[self.est_preset].prompt_weight if self.strategy == "est" else "none"
+
+
+@dataclass(frozen=True)
+class FixedN:
+    """One round of n samples, every sample kept as the prompt's group (n may be 1): sampling with a fixed n
+    (Reinforce-Ada off), and each Est prompt's pool with its allocated count. The prompt is "resolved" when a sample
+    is correct. A `PromptPool` reads from it what it reads from an `AdaConfig`; what a single round fixes is a
+    constant here (no later round, no cancel, no history, nothing dropped, no prompt weight)."""
+
+    n: int
+    seed: int = AdaConfig.seed
+    positive_threshold: float = AdaConfig.positive_threshold
+    # what one round of n fixes (class constants, not fields)
+    max_rounds = 1
+    unresolved = "keep"
+    cancel = False
+    cancel_order = "arrival"
+    history = False
+    schedule = "async"
+    weight_kind = "none"
+
+    def __post_init__(self):
+        check_int("n", self.n, 1)
+        check_finite("positive_threshold", self.positive_threshold)
+        check_int("seed", self.seed, 0)
+
+    @property
+    def m(self) -> int:
+        return self.n
+
+    m_first = m
+    max_samples = m
+
+    def exit_rule_holds(self, num_pos: int, num_neg: int) -> bool:
+        """Resolved once a sample is correct."""
+        return num_pos >= 1
+
+    def kept(self, scores: Sequence[float], rng: Optional[random.Random]) -> List[int]:
+        """Every sample, in generation order."""
+        return list(range(len(scores)))
 
 
 @dataclass
@@ -266,7 +302,7 @@ class PromptPool:
     order. `first_round` (history) replaces the configured schedule by `round_schedule(first_round, cap, max_rounds)`.
     """
 
-    config: AdaConfig
+    config: Union[AdaConfig, FixedN]
     rng: Optional[random.Random] = None  # used by selection "random"; see make_rng
     scores: List[float] = field(default_factory=list)
     rewards: List[float] = field(default_factory=list)
@@ -434,9 +470,7 @@ class PromptPool:
 
     @property
     def exit_rule_holds(self) -> bool:
-        if self.config.keep_all:  # one round, every sample kept: "resolved" when a sample is correct
-            return self.num_pos >= 1
-        return exit_reached(self.num_pos, self.num_neg, mode=self.config.mode, n=self.config.n)
+        return self.config.exit_rule_holds(self.num_pos, self.num_neg)
 
     @property
     def resolved(self) -> bool:
@@ -488,11 +522,8 @@ class PromptPool:
         """Pool indices of the kept group (see select_group); [] for a dropped or failed prompt."""
         if self.outcome not in ("resolved", "kept"):
             return []
-        if self._selected is None and self.config.keep_all:  # every sample, in generation order
-            self._selected = list(range(self.count))
         if self._selected is None:  # once: a second call must not draw again from rng
-            flags = [s > self.config.positive_threshold for s in self.scores]
-            self._selected = select_group(flags, self.config.n, policy=self.config.selection, rng=self.rng)
+            self._selected = self.config.kept(self.scores, self.rng)
         return list(self._selected)
 
 

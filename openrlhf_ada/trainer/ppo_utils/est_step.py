@@ -7,7 +7,7 @@ and changes only what Est decides:
 
     allocate   each drawn prompt's count from its estimated pass rate (the Ada-EMA counts in the generator's
                `PromptHistory`), read once for the step's prompts before any of them is recorded: one round of that
-               many samples, every one kept as the prompt's group (`AdaConfig.one_round`)
+               many samples, every one kept as the prompt's group (`FixedN`)
     replace    a prompt settled without a group (dropped, failed, filtered) passes its count to its replacement, so
                the step's total stays the budget (a replacement beyond those gets the budget per prompt)
     metrics    the allocation's (`ada/est_p_hat_mean`, `ada/est_seen_share`), and no round counts (one pass)
@@ -24,7 +24,7 @@ from typing import List, Optional
 from openrlhf.utils.logging_utils import init_logger
 
 from openrlhf_ada.algorithms.estimate import pass_rate_estimate
-from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool, make_rng
+from openrlhf_ada.algorithms.reinforce_ada import FixedN, PromptPool, make_rng
 from openrlhf_ada.trainer.ppo_utils.round_loop import FIXED_N_METRICS, ActivePrompt, Drawn, RoundStep
 
 logger = init_logger(__name__)
@@ -70,8 +70,7 @@ class EstStep(RoundStep):
             sizes = [self.lost_sizes.popleft() if self.lost_sizes else est.budget for _ in drawn]
         out = []
         for d, size, p in zip(drawn, sizes, p_hat.tolist()):
-            config = AdaConfig.one_round(int(size), seed=self.config.seed,
-                                         positive_threshold=self.config.positive_threshold)
+            config = FixedN(int(size), seed=self.config.seed, positive_threshold=self.config.positive_threshold)
             out.append(ActivePrompt(d.uid, d.prompt, d.label, d.image,
                                     PromptPool(config, rng=make_rng(*self.step_seed, d.uid)), d.key))
             self.p_hat[d.uid] = p

@@ -15,7 +15,7 @@
 `RoundStep` is Reinforce-Ada Seq's step. A strategy that decides each prompt's pool otherwise overrides the step's
 few hooks (`open_pools`, `lost`, `strategy_metrics`, `logged_metrics`): Reinforce-Ada-Est is `EstStep`
 (est_step.py), whose pools are one round of an allocated count; fixed n (Reinforce-Ada off) is `FixedNStep`, whose
-pools are one round of n (`AdaConfig.one_round`) and whose metrics leave out round and resolution counts.
+pools are one round of n (`FixedN`) and whose metrics leave out round and resolution counts.
 
 Every per-prompt decision is the prompt's `PromptPool` (openrlhf_ada/algorithms/reinforce_ada.py); this module only
 moves data between the pools and the engines:
@@ -420,7 +420,7 @@ class RoundStep:
 
 class FixedNStep(RoundStep):
     """Fixed n (Reinforce-Ada off): each prompt one round of n samples, every one kept as its group (the pools of
-    `AdaConfig.one_round`), through the same loop, so failed rewards, dead engines and the metrics are handled
+    `FixedN`), through the same loop, so failed rewards, dead engines and the metrics are handled
     alike. Round and resolution counts say nothing here: the step logs `FIXED_N_METRICS`."""
 
     title = "Fixed-n"

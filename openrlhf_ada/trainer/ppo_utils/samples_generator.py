@@ -6,7 +6,7 @@ round_loop.py; `EstStep` for `--ada.strategy est`, est_step.py), given the trans
 (`transport_class`, transport.py). Each prompt's `PromptPool` (openrlhf_ada.algorithms.reinforce_ada) decides round
 sizes, the exit rule, the outcome and the kept group, and the step only moves data between pools and engines.
 Without --ada.enable, training generation runs through the same loop as one round of n samples per prompt
-(`AdaConfig.one_round`): the groups are upstream's, and failed rewards, dead engines and metrics are handled alike.
+(`FixedN`): the groups are upstream's, and failed rewards, dead engines and metrics are handled alike.
 With n = 1, or when a reward model scores the samples after generation (`scored_by_reward_model`), it is upstream's.
 
 What outlives a step lives here: the generation-call counter that seeds the per-prompt generators, the epoch (a
@@ -47,7 +47,7 @@ from openrlhf.utils.logging_utils import init_logger
 from openrlhf_ada.algorithms.estimate import SeenWatch
 from openrlhf_ada.algorithms.greso import GresoState, adapt, decide_skip, skip_rng, zero_variance_counts
 from openrlhf_ada.algorithms.history import HistoryConfig, PromptHistory
-from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool
+from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, FixedN, PromptPool
 from openrlhf_ada.args import ada_config, fault_config, greso_config
 from openrlhf_ada.rewards.checks import scored_by_reward_model
 from openrlhf_ada.trainer.ppo_utils.batching import trained_group_sizes, usable_samples
@@ -93,7 +93,7 @@ class RoundsSamplesGenerator(SamplesGenerator):
         n = self.args.rollout.n_samples_per_prompt
         seed = getattr(self.args.train, "seed", AdaConfig.seed)
         fixed_n = n >= 2 and not scored_by_reward_model(self.args)
-        self.pool_config = self.ada or (AdaConfig.one_round(n, seed=seed) if fixed_n else None)
+        self.pool_config = self.ada or (FixedN(n, seed=seed) if fixed_n else None)
         self.fault = fault_config(self.args)
         self.batch_unit = n  # a short step holds a multiple of this many samples (the cluster trainers set it)
         self._carry: List[Experience] = []  # whole groups held back from a short step for the next one
