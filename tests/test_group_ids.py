@@ -75,19 +75,32 @@ def test_every_path_stamps_each_sample_with_its_groups_id(name, flags, n, tokeni
 #: The modules that act after a step is built: they read the groups from the samples, never the strategy.
 AFTER_THE_BUILD = ["trainer/ppo_utils/experience_maker.py", "trainer/ppo_utils/batching.py",
                    "trainer/local_trainer.py", "trainer/ppo_trainer.py", "trainer/ppo_trainer_async.py"]
-STRATEGY_TEST = re.compile(r"""["']est["']|strategy\s*[!=]=|\.est\b|\bn_samples_per_prompt\b.*//|//\s*n\b""")
+#: The modules that run a step: the strategy was chosen for them (trainer/ppo_utils/strategy.py).
+RUN_THE_STEP = ["trainer/ppo_utils/samples_generator.py", "trainer/ppo_utils/round_loop.py",
+                "trainer/ppo_utils/transport.py"]
+STRATEGY_TEST = re.compile(r"""["']est["']|strategy\s*[!=]=|\.est\b""")
+GROUP_GUESS = re.compile(r"""//\s*(n|[\w.]*\bn_samples_per_prompt)\b|\bn_samples_per_prompt\b.*//""")
 
 
-@pytest.mark.parametrize("module", AFTER_THE_BUILD)
-def test_nothing_after_the_build_asks_for_the_strategy(module):
-    """No test of `--ada.strategy` (nor groups guessed as i // n) in the code that acts on a built step."""
+@pytest.mark.parametrize("module", AFTER_THE_BUILD + RUN_THE_STEP)
+def test_no_module_but_the_choice_asks_for_the_strategy(module):
+    """No test of `--ada.strategy` outside strategy.py (and the strategies' own configs and steps)."""
     found = [line.strip() for line in structure.code_of(PACKAGE / module).splitlines() if STRATEGY_TEST.search(line)]
     assert not found, found
 
 
-def test_the_guard_finds_a_strategy_test():
-    """The pattern above catches what it is for."""
-    for line in ('if ada.strategy == "est":', "est = config.strategy != 'seq'", "sizes = gen.last_sizes if self.est",
-                 "group = torch.arange(k) // n"):
+@pytest.mark.parametrize("module", AFTER_THE_BUILD)
+def test_nothing_after_the_build_guesses_the_groups(module):
+    """No group guessed as i // n where the groups are read: they are the samples' ids."""
+    found = [line.strip() for line in structure.code_of(PACKAGE / module).splitlines() if GROUP_GUESS.search(line)]
+    assert not found, found
+
+
+def test_the_guards_find_what_they_are_for():
+    """The patterns above catch what they are for."""
+    for line in ('if ada.strategy == "est":', "est = config.strategy != 'seq'", "sizes = gen.last_sizes if self.est"):
         assert STRATEGY_TEST.search(line), line
+    for line in ("group = torch.arange(k) // n", "groups = len(samples) // self.args.rollout.n_samples_per_prompt"):
+        assert GROUP_GUESS.search(line), line
     assert not STRATEGY_TEST.search("sizes = trained_group_sizes(samples)")
+    assert not GROUP_GUESS.search("sizes = trained_group_sizes(samples)")

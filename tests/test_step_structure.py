@@ -64,3 +64,22 @@ def test_the_generator_chooses_the_step_and_the_transport_once(flags, step, tran
     gen = RoundsSamplesGenerator(strategy=SimpleNamespace(args=args), prompts_dataloader=[], eval_dataloader=None,
                                  tokenizer=None, vllm_engines=[])
     assert gen.step_class is step and gen.transport_class is transport
+
+
+@pytest.mark.parametrize("n, flags, expected", [
+    (4, [], ("fixed_n", True, False)),
+    (4, ["--ada.enable"], ("seq", True, False)),
+    (4, ["--ada.enable", "--ada.history"], ("seq", True, True)),
+    (4, ["--ada.enable", "--ada.strategy", "est"], ("est", False, True)),
+    (1, [], None),
+])
+def test_the_strategy_is_chosen_once_from_the_flags(n, flags, expected):
+    """(name, carries a short step's leftover groups, keeps a history); n = 1 is upstream's generation."""
+    from openrlhf_ada.trainer.ppo_utils.strategy import choose_sampling
+
+    args = parse_args(["--actor.model_name_or_path", "m", "--reward.remote_url", "http://localhost:5000/get_reward",
+                       "--rollout.n_samples_per_prompt", str(n),
+                       "--algo.advantage.estimator", "group_norm" if n > 1 else "reinforce", *flags])
+    sampling = choose_sampling(args)
+    got = None if sampling is None else (sampling.name, sampling.carries_short_step, sampling.keeps_history)
+    assert got == expected

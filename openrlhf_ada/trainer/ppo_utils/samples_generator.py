@@ -1,9 +1,9 @@
 """`RoundsSamplesGenerator`: upstream's SamplesGenerator with Reinforce-Ada's adaptive multi-round sampling.
 
 Only the training generation step changes (`_generate_vllm` outside evaluation): it runs one step of the strategy
-chosen once from the flags (`step_class`: `RoundStep` for Seq's rounds, `FixedNStep` without --ada.enable, both
+chosen once from the flags (strategy.py: `RoundStep` for Seq's rounds, `FixedNStep` without --ada.enable, both
 round_loop.py; `EstStep` for `--ada.strategy est`, est_step.py), given the transport of `--ada.cancel`
-(`transport_class`, transport.py). Each prompt's `PromptPool` (openrlhf_ada.algorithms.reinforce_ada) decides round
+(transport.py). Each prompt's `PromptPool` (openrlhf_ada.algorithms.reinforce_ada) decides round
 sizes, the exit rule, the outcome and the kept group, and the step only moves data between pools and engines.
 Without --ada.enable, training generation runs through the same loop as one round of n samples per prompt
 (`FixedN`): the groups are upstream's, and failed rewards, dead engines and metrics are handled alike.
@@ -47,15 +47,13 @@ from openrlhf.utils.logging_utils import init_logger
 from openrlhf_ada.algorithms.estimate import SeenWatch
 from openrlhf_ada.algorithms.greso import GresoState, adapt, decide_skip, skip_rng, zero_variance_counts
 from openrlhf_ada.algorithms.history import HistoryConfig, PromptHistory
-from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, FixedN, PromptPool
+from openrlhf_ada.algorithms.reinforce_ada import PromptPool
 from openrlhf_ada.args import ada_config, fault_config, greso_config
-from openrlhf_ada.rewards.checks import scored_by_reward_model
 from openrlhf_ada.trainer.ppo_utils.batching import trained_group_sizes, usable_samples
-from openrlhf_ada.trainer.ppo_utils.est_step import EstStep
-from openrlhf_ada.trainer.ppo_utils.round_loop import FixedNStep, RoundStep
 from openrlhf_ada.trainer.ppo_utils.sample_failures import reward_failed
 from openrlhf_ada.trainer.ppo_utils.stall_watch import StallWatch
-from openrlhf_ada.trainer.ppo_utils.transport import RoundTransport, StreamTransport
+from openrlhf_ada.trainer.ppo_utils.strategy import choose_sampling
+from openrlhf_ada.trainer.ppo_utils.transport import StreamTransport
 from openrlhf_ada.trainer.ray.engine_health import check_streaming_engines, lost_engines_message, probe_engines
 from openrlhf_ada.trainer.ray.tokenizer_shipping import ShippingEngine, TokenizerHandle, is_remote_engine
 
@@ -86,14 +84,13 @@ class RoundsSamplesGenerator(SamplesGenerator):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.ada = ada_config(self.args) if self.args.ada.enable else None
+        # The strategy, chosen once (strategy.py): fixed n, Seq or Est, each its config, its step and the transport
+        # of --ada.cancel; None: upstream's own generation (n = 1, or a reward model scores after generation).
         # Without Reinforce-Ada, training generation is one round of n per prompt through the same machinery, so
-        # failed rewards, dead engines, metrics and ordering are handled alike. Upstream's path stays for n = 1, and
-        # when a reward model scores the samples after generation (the engines return none: nothing for the loop to
-        # judge; the launcher refuses --ada.enable then).
+        # failed rewards, dead engines, metrics and ordering are handled alike.
+        self.sampling = choose_sampling(self.args)
         n = self.args.rollout.n_samples_per_prompt
-        seed = getattr(self.args.train, "seed", AdaConfig.seed)
-        fixed_n = n >= 2 and not scored_by_reward_model(self.args)
-        self.pool_config = self.ada or (FixedN(n, seed=seed) if fixed_n else None)
+        self.pool_config = self.sampling.config if self.sampling is not None else None
         self.fault = fault_config(self.args)
         self.batch_unit = n  # a short step holds a multiple of this many samples (the cluster trainers set it)
         self._carry: List[Experience] = []  # whole groups held back from a short step for the next one
@@ -108,22 +105,20 @@ class RoundsSamplesGenerator(SamplesGenerator):
         # prompts being drawn come from (counted from 0 when a fresh loader iterator yields its first prompt)
         # --ada.strategy est keeps its estimator (Ada-EMA counts) in the same history, and --ada.skip greso reads
         # the groups of earlier epochs from it (GRESO's skip then replaces --ada.history's own)
-        self.est = self.ada is not None and self.ada.strategy == "est"
         self.greso = greso_config(self.args) if self.pool_config is not None else None
         self.greso_state = GresoState.initial(self.greso) if self.greso is not None else None
         history_config = self.ada.history_config if self.ada is not None else HistoryConfig()
         if self.greso is not None:
             history_config = replace(history_config, skip=0.0)
-        keep_history = self.ada is not None and (self.ada.history or self.est)
+        keep_history = self.sampling is not None and self.sampling.keeps_history
         self.history = PromptHistory(history_config) if keep_history or self.greso is not None else None
         self.last_group_sizes: List[int] = []  # sizes of the last training step's groups, in order (from their ids)
         self._groups_made = 0  # group ids handed out so far: each group of the run gets its own (`new_group_id`)
-        # a short step's groups after its cut wait for the next episode's first step (fixed n, Seq); Est drops them
-        # (a carried group of its own size would change the next step's total), and upstream's path has no loop
-        self.carries_short_step = self.pool_config is not None and not self.est
-        # each training step: the strategy's step (Est, Seq's rounds, or fixed n) over the transport of --ada.cancel
-        self.step_class = EstStep if self.est else RoundStep if self.ada is not None else FixedNStep
-        self.transport_class = StreamTransport if self.ada is not None and self.ada.cancel else RoundTransport
+        # a short step's groups after its cut wait for the next episode's first step where the strategy says so
+        self.carries_short_step = self.sampling is not None and self.sampling.carries_short_step
+        # each training step: the strategy's step over its transport
+        self.step_class = self.sampling.step if self.sampling is not None else None
+        self.transport_class = self.sampling.transport if self.sampling is not None else None
         self.est_watch = SeenWatch()  # est: warns once when the estimator keeps finding no history
         self._epoch = -1
         self._epoch_pending = False  # a fresh iterator: its first prompt starts the next epoch
@@ -133,7 +128,7 @@ class RoundsSamplesGenerator(SamplesGenerator):
         # when each prompt was settled (the step's trained samples are what generate_samples returned)
         self.last_pools: List[PromptPool] = []
         self._tokenizer_handle: Optional[TokenizerHandle] = None  # the tokenizer in Ray's object store, put once
-        if self.ada is not None and self.ada.cancel:
+        if self.transport_class is StreamTransport:
             check_streaming_engines(self.vllm_engines)
 
     @classmethod
