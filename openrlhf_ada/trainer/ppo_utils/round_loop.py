@@ -117,7 +117,7 @@ class RoundStep:
     `generator` is the project's samples generator: it owns what outlives a step (the engines, the step counter
     that seeds the per-prompt generators, the epoch, the history, groups carried from a short step), changed only
     through its own methods (`begin_step`, `prompts_drawn`, `take_skipped`, `hold_skipped`, `greso_skips`,
-    `greso_adapt`), and the engine-fault
+    `greso_adapt`, and `new_group_id` for each built group), and the engine-fault
     handling (`_drop_dead_engines`, `_check_stalled`). What the step found (`pools`, `logged`) the
     generator reads from the step when it ends."""
 
