@@ -43,7 +43,7 @@ def _bool_flag(group, name, help):
 def add_project_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Every default comes from the frozen config the flags build (AdoraConfig, AdaConfig, FaultConfig), and the
     choices and help of --adora.variant / --ada.mode from their rule registries."""
-    adora, ada, fault, ev, gc = AdoraConfig, AdaConfig, FaultConfig, EvalConfig, GresoConfig  # the defaults
+    adora, ada, fault, ev, gc = AdoraConfig, AdaConfig, FaultConfig, EvalConfig, GresoConfig()  # the defaults
     g = parser.add_argument_group("ADORA (openrlhf-ada): per-prompt advantage weights")
     _bool_flag(g, "--adora.enable", "Multiply each prompt group's final advantages by its ADORA weight")
     g.add_argument("--adora.variant", type=str, default=adora.variant, choices=ADORA_RULES.names(),

@@ -91,7 +91,7 @@ def test_adaptation_by_hand():
     new = adapt(HALF, 2, 1, 10, CONFIG, epoch=1)
     assert new.p_easy == pytest.approx(0.49) and new.p_hard == pytest.approx(0.51)
     # a share exactly at its target counts as reached: targets 0.25 each, 1 all correct of 4 -> down, 0 all wrong -> up
-    even = GresoConfig(target=0.5, easy_share=0.5)
+    even = GresoConfig(target=0.5, easy_parts=1, hard_parts=1)
     new = adapt(HALF, 1, 0, 4, even, epoch=3)
     assert new.p_easy == pytest.approx(0.49) and new.p_hard == pytest.approx(0.51)
     # the first epoch, or a step with no group: unchanged
@@ -107,6 +107,39 @@ def test_adaptation_by_hand():
     assert state.p_easy == pytest.approx(0.05) and state.p_hard == pytest.approx(0.95)
     with pytest.raises(ValueError):
         adapt(HALF, 6, 5, 10, CONFIG, epoch=1)
+
+
+def test_a_share_of_exactly_one_in_six_reaches_the_all_wrong_target():
+    # the all-wrong target is 0.25 x 2 / 3 = 1/6. A step of 6 groups, 1 all wrong: share 1/6, at the target, so
+    # reached: p_hard 0.5 -> 0.49 (skip more). 0 all correct of 6: 0 < 1/12, so p_easy 0.5 -> 0.51.
+    new = adapt(HALF, 0, 1, 6, CONFIG, epoch=1)
+    assert new.p_hard == pytest.approx(0.49) and new.p_easy == pytest.approx(0.51)
+    # the same at 2 of 12 and 3 of 18 (the same share), and one group fewer is below it: p_hard up
+    assert adapt(HALF, 0, 2, 12, CONFIG, epoch=1).p_hard == pytest.approx(0.49)
+    assert adapt(HALF, 0, 3, 18, CONFIG, epoch=1).p_hard == pytest.approx(0.49)
+    assert adapt(HALF, 0, 1, 7, CONFIG, epoch=1).p_hard == pytest.approx(0.51)
+    # the all-correct target 0.25 x 1 / 3 = 1/12: 1 all correct of 12 reaches it, 1 of 13 does not
+    assert adapt(HALF, 1, 0, 12, CONFIG, epoch=1).p_easy == pytest.approx(0.49)
+    assert adapt(HALF, 1, 0, 13, CONFIG, epoch=1).p_easy == pytest.approx(0.51)
+    assert CONFIG.easy_share == pytest.approx(1 / 3)
+    for kwargs in ({"easy_parts": 0, "hard_parts": 0}, {"easy_parts": -1}, {"hard_parts": 1.5}):
+        with pytest.raises(ValueError):
+            GresoConfig(**kwargs)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 200), st.integers(0, 3), st.integers(0, 3), st.sampled_from([0.125, 0.25, 0.5, 0.75, 1.0]))
+def test_a_share_exactly_at_its_parts_of_the_target_counts_as_reached(k, easy_parts, hard_parts, target):
+    # target t (eighths, so t x parts is exact in floating point) split in parts e + h: a step of (e + h) x k x 8
+    # groups holding exactly t x e / (e + h) of them all correct and t x h / (e + h) all wrong reaches both targets
+    # (both sides are the double nearest the same fraction), so both p_e move down
+    if easy_parts + hard_parts == 0:
+        return
+    config = GresoConfig(target=target, easy_parts=easy_parts, hard_parts=hard_parts)
+    total = (easy_parts + hard_parts) * k * 8
+    easy, hard = int(target * 8) * easy_parts * k, int(target * 8) * hard_parts * k
+    new = adapt(HALF, easy, hard, total, config, epoch=1)
+    assert new.p_easy == pytest.approx(0.49) and new.p_hard == pytest.approx(0.49)
 
 
 def test_state_round_trips_and_bad_input_is_refused():
@@ -126,7 +159,8 @@ def test_state_round_trips_and_bad_input_is_refused():
 # -- properties ------------------------------------------------------------------------------------------------------
 groups = st.lists(st.tuples(st.integers(0, 8), st.integers(0, 8)), max_size=6)
 probability = st.floats(0.0, 1.0)
-configs = st.builds(GresoConfig, target=probability, easy_share=probability, keep_floor=probability,
+configs = st.builds(GresoConfig, target=probability, easy_parts=st.integers(1, 4), hard_parts=st.integers(0, 4),
+                    keep_floor=probability,
                     step=st.floats(0.0, 0.2))
 
 

@@ -15,8 +15,12 @@ prompt that has been zero-variance for long is re-sampled now and then). The num
 After each step, from the groups rolled out in it (skipped prompts are not among them):
 
     share_easy = all-correct groups / groups,   share_hard = all-wrong groups / groups
-    p_easy <- p_easy - step  if share_easy >= target x easy_share       else p_easy + step     (within [p_min, p_max])
-    p_hard <- p_hard - step  if share_hard >= target x (1 - easy_share) else p_hard + step
+    p_easy <- p_easy - step  if share_easy >= target x easy_parts / parts  else p_easy + step  (within [p_min, p_max])
+    p_hard <- p_hard - step  if share_hard >= target x hard_parts / parts  else p_hard + step
+
+with parts = easy_parts + hard_parts, each target computed as (target x its parts) / parts: with the default 1 and
+2 parts, the all-wrong target is target x 2 / 3, which at target 0.25 is the double nearest 1/6, so a step with
+exactly one all-wrong group in six reaches it (target x (1 - 1/3) would round above 1/6 and miss it).
 
 a lower p_e skips more. The adaptation starts with the second epoch (`adapt_from_epoch`): in the first, no prompt
 has a history to be skipped by, and the shares say nothing about the skip.
@@ -60,7 +64,8 @@ class GresoConfig:
     """GRESO's settings; defaults: the authors' values (module docstring)."""
 
     target: float = 0.25  # target share of zero-variance groups among those rolled out in a step
-    easy_share: float = 1.0 / 3.0  # the part of the target for all-correct groups; all-wrong ones get the rest
+    easy_parts: int = 1  # the target is split in easy_parts + hard_parts parts: these for all-correct groups,
+    hard_parts: int = 2  # these for all-wrong ones
     p_init: float = 0.5  # p_easy and p_hard at the start
     step: float = 0.01  # how far p_e moves per step
     p_min: float = 0.05  # p_e's bounds
@@ -69,7 +74,11 @@ class GresoConfig:
     adapt_from_epoch: int = 1  # epochs before this one leave p_e as it is
 
     def __post_init__(self):
-        for name in ("target", "easy_share", "keep_floor"):
+        check_int("greso easy_parts", self.easy_parts, 0)
+        check_int("greso hard_parts", self.hard_parts, 0)
+        if self.easy_parts + self.hard_parts == 0:
+            raise ValueError("greso easy_parts=0, hard_parts=0 are invalid; accepted values: at least one part")
+        for name in ("target", "keep_floor"):
             value = getattr(self, name)
             check_finite(f"greso {name}", value, minimum=0.0)
             if float(value) > 1.0:
@@ -87,12 +96,17 @@ class GresoConfig:
         check_int("greso adapt_from_epoch", self.adapt_from_epoch, 0)
 
     @property
+    def easy_share(self) -> float:
+        """The part of the target for all-correct groups (1/3 by default)."""
+        return self.easy_parts / (self.easy_parts + self.hard_parts)
+
+    @property
     def target_easy(self) -> float:
-        return self.target * self.easy_share
+        return self.target * self.easy_parts / (self.easy_parts + self.hard_parts)
 
     @property
     def target_hard(self) -> float:
-        return self.target * (1.0 - self.easy_share)
+        return self.target * self.hard_parts / (self.easy_parts + self.hard_parts)
 
 
 @dataclass(frozen=True)
