@@ -14,7 +14,7 @@ from openrlhf_ada.algorithms.adora import (
     adora_weights,
     group_stats,
     in_schedule,
-    sample_weights,
+    ragged_sample_weights,
     threshold_unreachable,
 )
 from openrlhf_ada.algorithms.baselines import group_baseline, group_index
@@ -140,15 +140,18 @@ def test_matches_reference_and_takes_only_lam_or_boost(batch, variant, thr, lam,
 
 @settings(max_examples=200, deadline=None)
 @given(batches(), st.integers(0, 10))
-def test_sample_weights_constant_within_group_and_keep_advantage_signs(batch, step):
+def test_weights_constant_within_group_and_keep_advantage_signs(batch, step):
     scores, lengths, truncated = batch
     s = torch.tensor(scores)
     if s.shape[1] < 2:
         return
     config = AdoraConfig(enable=True, lam=0.1, boost=1.0)
-    sw = sample_weights(config, scores=s, rewards=s, lengths=torch.tensor(lengths).float(),
-                        truncated=torch.tensor(truncated), step=step)
-    assert sw.shape == s.shape
+    P, n = s.shape
+    sw = ragged_sample_weights(config, scores=s.reshape(-1), rewards=s.reshape(-1),
+                               lengths=torch.tensor(lengths).float().reshape(-1),
+                               truncated=torch.tensor(truncated).reshape(-1), sizes=[n] * P, step=step)
+    assert sw.shape == (P * n,)
+    sw = sw.reshape(P, n)
     assert torch.equal(sw, sw[:, :1].expand_as(sw))  # constant within each group
     adv = group_baseline(s.reshape(-1), group_index([s.shape[1]] * s.shape[0]), "group_norm").reshape(s.shape)
     assert torch.equal(torch.sign(adv * sw), torch.sign(adv))  # weights > 0 never flip or zero a sign
@@ -162,14 +165,15 @@ def test_schedule_window_is_half_open():
     assert in_schedule(10**6, 3, -1) and not in_schedule(2, 3, -1)
 
 
-def test_sample_weights_are_one_outside_the_window_or_when_disabled():
-    s = torch.tensor([[0.0, 0.0]])
-    kw = dict(scores=s, rewards=s, lengths=torch.tensor([[3.0, 4.0]]), truncated=torch.zeros(1, 2, dtype=torch.bool))
+def test_weights_are_one_outside_the_window_or_when_disabled():
+    s = torch.tensor([0.0, 0.0])  # one group of two wrong samples: no positive, lam (0.1) inside the window
+    kw = dict(scores=s, rewards=s, lengths=torch.tensor([3.0, 4.0]), truncated=torch.zeros(2, dtype=torch.bool),
+              sizes=[2])
     on = AdoraConfig(enable=True, start_step=2, end_step=4)
-    assert sample_weights(on, step=1, **kw).tolist() == [[1.0, 1.0]]
-    assert sample_weights(on, step=2, **kw).tolist()[0] == pytest.approx([0.1, 0.1])
-    assert sample_weights(on, step=4, **kw).tolist() == [[1.0, 1.0]]
-    assert sample_weights(AdoraConfig(enable=False), step=2, **kw).tolist() == [[1.0, 1.0]]
+    assert ragged_sample_weights(on, step=1, **kw).tolist() == [1.0, 1.0]
+    assert ragged_sample_weights(on, step=2, **kw).tolist() == pytest.approx([0.1, 0.1])
+    assert ragged_sample_weights(on, step=4, **kw).tolist() == [1.0, 1.0]
+    assert ragged_sample_weights(AdoraConfig(enable=False), step=2, **kw).tolist() == [1.0, 1.0]
 
 
 def test_metrics_by_hand():

@@ -4,7 +4,7 @@ tau / amplify / attenuate, and bad values."""
 import pytest
 import torch
 
-from openrlhf_ada.algorithms.adora import AdoraConfig, PaperParams, adora_weights, sample_weights
+from openrlhf_ada.algorithms.adora import AdoraConfig, PaperParams, adora_weights, ragged_sample_weights
 
 
 def w(scores, lengths, truncated=None, variant="paper_llm", **paper):
@@ -61,9 +61,10 @@ def test_paper_rule_through_the_trainers_entry_point():
     config = AdoraConfig(enable=True, variant="paper_llm", tau=0.5, amplify=2.0)
     scores = torch.tensor([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 0.0]])
     lengths = torch.tensor([[9.0, 4.0, 6.0, 5.0], [9.0, 4.0, 6.0, 5.0]])
-    out = sample_weights(config, scores=scores, rewards=scores, lengths=lengths,
-                         truncated=torch.zeros(2, 4, dtype=torch.bool), step=1)
-    assert out.tolist() == [[2.0] * 4, [1.0] * 4]
+    out = ragged_sample_weights(config, scores=scores.reshape(-1), rewards=scores.reshape(-1),
+                                lengths=lengths.reshape(-1), truncated=torch.zeros(8, dtype=torch.bool), sizes=[4, 4],
+                                step=1)
+    assert out.tolist() == [2.0] * 4 + [1.0] * 4
 
 
 def test_bad_paper_values_are_refused():

@@ -5,7 +5,7 @@ import textwrap
 import pytest
 import torch
 
-from openrlhf_ada.algorithms.adora import AdoraConfig, WeightFuncError, load_weight_func, sample_weights
+from openrlhf_ada.algorithms.adora import AdoraConfig, WeightFuncError, load_weight_func, ragged_sample_weights
 
 S = torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
 ARGS = (S, S * 2, torch.tensor([[5.0, 3, 4], [1, 2, 3]]), torch.zeros(2, 3, dtype=torch.bool), 7)
@@ -28,13 +28,14 @@ def test_per_prompt_and_per_sample_weights(tmp_path):
     assert load_weight_func(f"{path}:per_prompt")(*ARGS).tolist() == [8.0, 8.0]
     per_sample = load_weight_func(f"{path}:per_sample")(*ARGS)
     assert torch.allclose(per_sample, torch.tensor([[0.5, 0.3, 0.4], [0.1, 0.2, 0.3]]))
-    # through the config: [P] broadcasts over each group, inside the step window only
+    # through the config and the trainers' call (two groups of 3 samples, flat): [P] broadcasts over each group,
+    # inside the step window only
     fn = load_weight_func(f"{path}:per_prompt")
     cfg = AdoraConfig(enable=True, weight_func=f"{path}:per_prompt", start_step=7)
-    out = sample_weights(cfg, scores=S, rewards=S, lengths=ARGS[2], truncated=ARGS[3], step=7, weight_func=fn)
-    assert out.tolist() == [[8.0] * 3, [8.0] * 3]
-    out = sample_weights(cfg, scores=S, rewards=S, lengths=ARGS[2], truncated=ARGS[3], step=6, weight_func=fn)
-    assert out.tolist() == [[1.0] * 3, [1.0] * 3]
+    flat = dict(scores=S.reshape(-1), rewards=S.reshape(-1), lengths=ARGS[2].reshape(-1),
+                truncated=ARGS[3].reshape(-1), sizes=[3, 3], weight_func=fn)
+    assert ragged_sample_weights(cfg, step=7, **flat).tolist() == [8.0] * 6
+    assert ragged_sample_weights(cfg, step=6, **flat).tolist() == [1.0] * 6
 
 
 @pytest.mark.parametrize(

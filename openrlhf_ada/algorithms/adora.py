@@ -335,37 +335,6 @@ class _ValidatedWeightFunc:
         return f"<{self.where}>"
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The one entry point the trainers call
-
-
-def sample_weights(
-    config: AdoraConfig,
-    *,
-    scores: torch.Tensor,
-    rewards: torch.Tensor,
-    lengths: torch.Tensor,
-    truncated: torch.Tensor,
-    step: int,
-    weight_func: Optional[WeightFunc] = None,
-    stats: Optional[GroupStats] = None,
-) -> torch.Tensor:
-    """Per-sample weights [P, n] for one rollout batch: ones outside [start_step, end_step), else the custom
-    function's weights (if any) or the registered rule's (`config.variant`), broadcast over each group. `stats`:
-    the batch's `group_stats` at `config.positive_threshold` when the caller already has them (its metrics)."""
-    P, n = scores.shape
-    if not config.enable or not in_schedule(step, config.start_step, config.end_step):
-        return torch.ones(P, n, dtype=torch.float32)
-    if weight_func is not None:
-        w = weight_func(scores, rewards, lengths, truncated, step)
-    else:
-        if stats is None:
-            stats = group_stats(scores, lengths, truncated, positive_threshold=config.positive_threshold)
-        warn_if_threshold_unreachable(scores, config.positive_threshold)
-        w = weights_from_stats(stats, variant=config.variant, lam=config.lam, boost=config.boost, paper=config.paper)
-    return w.reshape(P, -1).expand(P, n).contiguous()
-
-
 def adora_metrics(stats: GroupStats, weights: torch.Tensor, boost: float = AdoraConfig.boost) -> Dict[str, float]:
     """The ADORA metrics of one step: mean weight, share of groups attenuated (weight below `boost`: the groups the
     built-in rule gives lam), share with no positive, share with no usable (non-truncated) negative.
