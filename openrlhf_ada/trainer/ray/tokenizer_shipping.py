@@ -26,7 +26,6 @@ import ray
 _CACHE_SIZE = 4  # tokenizers kept per process (one per trainer using the engine; a few across test runs)
 _cache: "OrderedDict[str, object]" = OrderedDict()
 _lock = threading.Lock()
-_fetches = 0  # tokenizers this process fetched from the object store (the rest came from its cache)
 
 
 def _put(obj):
@@ -40,7 +39,6 @@ def _get(ref):
 def _resolve(key: str, boxed: list):
     """Unpickling a TokenizerHandle: the tokenizer behind `key`, fetched once per process. `boxed` holds the object
     reference inside a list, so that Ray ships it as a reference instead of resolving it as an argument."""
-    global _fetches
     with _lock:
         tokenizer = _cache.get(key)
         if tokenizer is not None:
@@ -49,15 +47,9 @@ def _resolve(key: str, boxed: list):
     tokenizer = _get(boxed[0])
     with _lock:
         _cache[key] = tokenizer
-        _fetches += 1
         while len(_cache) > _CACHE_SIZE:
             _cache.popitem(last=False)
     return tokenizer
-
-
-def fetches_in_this_process() -> int:
-    """How many tokenizers this process has fetched from the object store (tests and benchmarks ask the engines)."""
-    return _fetches
 
 
 class TokenizerHandle:
