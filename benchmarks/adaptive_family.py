@@ -63,7 +63,7 @@ if REPO not in sys.path:
 from openrlhf_ada.algorithms import greso  # noqa: E402
 from openrlhf_ada.algorithms.estimate import EstConfig  # noqa: E402
 from openrlhf_ada.algorithms.history import HistoryConfig, PromptHistory, prompt_key  # noqa: E402
-from openrlhf_ada.algorithms.reinforce_ada import simulate, simulate_est  # noqa: E402
+from openrlhf_ada.algorithms.simulation import simulate, simulate_est  # noqa: E402
 
 SECTION = "adaptive_family"
 N = 4

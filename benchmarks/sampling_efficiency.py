@@ -8,7 +8,7 @@ its samples are independent Bernoulli(p) outcomes (reward 1 correct, 0 wrong; al
 shares of samples are shares of tokens). Each prompt owns one pre-drawn outcome stream, and every method reads the
 same streams in the same order (common random numbers): a method that draws 4 samples of a prompt sees the same 4
 outcomes as any other method that draws 4. Reinforce-Ada runs through the project's own per-prompt code
-(`openrlhf_ada.algorithms.reinforce_ada.simulate`, i.e. `PromptPool`: exit rule, rounds, group selection).
+(`openrlhf_ada.algorithms.simulation.simulate`, i.e. `PromptPool`: exit rule, rounds, group selection).
 
 Methods (n = trained group size):
 - GRPO n: every prompt draws n samples and trains on them.
@@ -79,7 +79,8 @@ import torch  # noqa: E402
 from openrlhf_ada.algorithms.adora import group_stats  # noqa: E402
 from openrlhf_ada.algorithms.estimate import EstConfig  # noqa: E402
 from openrlhf_ada.algorithms.history import HistoryConfig, PromptHistory, prompt_key  # noqa: E402
-from openrlhf_ada.algorithms.reinforce_ada import select_group, simulate, simulate_est  # noqa: E402
+from openrlhf_ada.algorithms.reinforce_ada import select_group  # noqa: E402
+from openrlhf_ada.algorithms.simulation import simulate, simulate_est  # noqa: E402
 
 SECTION = "sampling_efficiency"
 N = 4  # the authors' trained group size

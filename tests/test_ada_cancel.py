@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool, make_rng, simulate, step_metrics
+from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool, make_rng, step_metrics
+from openrlhf_ada.algorithms.simulation import simulate
 
 BAL = dict(n=4, round_size=8, max_rounds=4, mode="balance")
 

@@ -22,7 +22,8 @@ from openrlhf_ada.algorithms.history import (
     signal_probability,
     skip_decision,
 )
-from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool, simulate
+from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool
+from openrlhf_ada.algorithms.simulation import simulate
 
 BAL = dict(n=4, round_size=8, max_rounds=4, mode="balance")
 

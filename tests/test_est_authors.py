@@ -24,7 +24,8 @@ from openrlhf_ada.algorithms.estimate import (
     pass_rate_estimate,
 )
 from openrlhf_ada.algorithms.history import HistoryConfig, PromptHistory
-from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool, simulate_est
+from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool
+from openrlhf_ada.algorithms.simulation import simulate_est
 
 
 def authors_counts(history, budget, alpha=1.0, beta=16.0):

@@ -208,7 +208,7 @@ def test_allocation_metrics_by_hand():
 
 
 def test_simulate_est_over_two_epochs_by_hand():
-    from openrlhf_ada.algorithms.reinforce_ada import simulate_est
+    from openrlhf_ada.algorithms.simulation import simulate_est
 
     config = EstConfig(budget=4, n_min=2, n_max=8, decay=0.5, eps=0.0)
     history = PromptHistory(HistoryConfig(ema=True, ema_decay=0.5))

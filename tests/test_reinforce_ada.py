@@ -14,9 +14,9 @@ from openrlhf_ada.algorithms.reinforce_ada import (
     exit_reached,
     make_rng,
     select_group,
-    simulate,
     step_metrics,
 )
+from openrlhf_ada.algorithms.simulation import simulate
 
 # --- exit rule --------------------------------------------------------------------------------------------------
 

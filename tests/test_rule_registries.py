@@ -7,7 +7,8 @@ import argparse
 import pytest
 
 from openrlhf_ada.algorithms.adora import ADORA_RULES, AdoraConfig, adora_weights, register_adora_rule, table_weights
-from openrlhf_ada.algorithms.reinforce_ada import EXIT_RULES, AdaConfig, exit_reached, register_exit_rule, simulate
+from openrlhf_ada.algorithms.reinforce_ada import EXIT_RULES, AdaConfig, exit_reached, register_exit_rule
+from openrlhf_ada.algorithms.simulation import simulate
 from openrlhf_ada.args import add_project_args
 
 

@@ -12,9 +12,9 @@ from openrlhf_ada.algorithms.reinforce_ada import (
     exit_reached,
     register_exit_rule,
     select_group,
-    simulate,
 )
 from openrlhf_ada.algorithms.returns import undiscounted_returns
+from openrlhf_ada.algorithms.simulation import simulate
 
 __all__ = [
     "AdaConfig",
