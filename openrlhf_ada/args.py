@@ -31,6 +31,7 @@ from openrlhf_ada.algorithms.reinforce_ada import (
     AdaConfig,
 )
 from openrlhf_ada.compatibility import check as check_compatibility
+from openrlhf_ada.compatibility import flag_value
 from openrlhf_ada.rewards.checks import check_reward_url, scored_by_reward_model
 
 logger = logging.getLogger(__name__)
@@ -223,21 +224,12 @@ def add_project_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     return parser
 
 
-def _get(args, dotted, default=None):
-    node = args
-    for part in dotted.split("."):
-        if not hasattr(node, part):
-            return default
-        node = getattr(node, part)
-    return node
-
-
 def adora_config(args) -> AdoraConfig:
     a = args.adora
     return AdoraConfig(
         enable=a.enable, variant=a.variant, lam=a.lam, boost=a.boost, positive_threshold=a.positive_threshold,
         start_step=a.start_step, end_step=a.end_step, weight_func=a.weight_func,
-        **{k: _get(args, "adora." + k, getattr(AdoraConfig, k)) for k in ("tau", "amplify", "attenuate")},
+        **{k: flag_value(args, "adora." + k, getattr(AdoraConfig, k)) for k in ("tau", "amplify", "attenuate")},
     )
 
 
@@ -247,18 +239,18 @@ def ada_config(args) -> AdaConfig:
         n=args.rollout.n_samples_per_prompt, mode=a.mode, round_size=a.round_size,
         first_round_size=a.first_round_size, max_rounds=a.max_rounds, positive_threshold=a.positive_threshold,
         unresolved=a.unresolved, selection=a.selection, baseline=a.baseline, schedule=a.schedule,
-        seed=_get(args, "train.seed", AdaConfig.seed),
+        seed=flag_value(args, "train.seed", AdaConfig.seed),
         # namespaces built without the newer flags (tests, older callers) get the config's defaults
-        **{k: _get(args, "ada." + k, getattr(AdaConfig, k))
+        **{k: flag_value(args, "ada." + k, getattr(AdaConfig, k))
            for k in ("cancel", "cancel_order", *HISTORY_FLAGS, *EST_FLAGS)},
     )
 
 
 def greso_config(args) -> Optional[GresoConfig]:
     """GRESO's settings of --ada.skip greso (the rest: GresoConfig's defaults, the authors'); None without it."""
-    if _get(args, "ada.skip", "none") != "greso":
+    if flag_value(args, "ada.skip", "none") != "greso":
         return None
-    return GresoConfig(target=_get(args, "ada.greso_target", GresoConfig.target))
+    return GresoConfig(target=flag_value(args, "ada.greso_target", GresoConfig.target))
 
 
 HISTORY_FLAGS = ("history", "history_target", "history_skip", "history_window")
@@ -314,8 +306,8 @@ class FaultConfig:
 
 
 def fault_config(args) -> FaultConfig:
-    f = _get(args, "fault")
-    max_new = _get(args, "rollout.max_new_tokens") or _get(args, "data.max_len")
+    f = flag_value(args, "fault")
+    max_new = flag_value(args, "rollout.max_new_tokens") or flag_value(args, "data.max_len")
     if f is None:
         return FaultConfig(max_new_tokens=max_new)
     return FaultConfig(reward_timeout=f.reward_timeout, max_failed_share=f.max_failed_share,
@@ -358,18 +350,18 @@ def validate_sizes(args) -> None:
     batch sizes below 1, a length budget with no room for the prompt. Raise ValueError naming the flags."""
     for flag in ("rollout.batch_size", "rollout.n_samples_per_prompt", "rollout.micro_batch_size",
                  "train.batch_size", "train.micro_batch_size"):
-        value = _get(args, flag)
+        value = flag_value(args, flag)
         if value is not None and value < 1:
             raise ValueError(f"--{flag}={value}: must be >= 1")
-    n, batch, micro = (_get(args, f"rollout.{k}") for k in ("n_samples_per_prompt", "batch_size", "micro_batch_size"))
-    actors = (_get(args, "actor.num_nodes", 1) * _get(args, "actor.num_gpus_per_node", 1)
-              // _get(args, "ds.ring_attn_size", 1) // _get(args, "ds.tensor_parallel_size", 1))
+    n, batch, micro = (flag_value(args, f"rollout.{k}") for k in ("n_samples_per_prompt", "batch_size", "micro_batch_size"))
+    actors = (flag_value(args, "actor.num_nodes", 1) * flag_value(args, "actor.num_gpus_per_node", 1)
+              // flag_value(args, "ds.ring_attn_size", 1) // flag_value(args, "ds.tensor_parallel_size", 1))
     if None not in (n, batch, micro) and n * batch // micro < actors:
         raise ValueError(f"--rollout.n_samples_per_prompt {n} x --rollout.batch_size {batch} = {n * batch} samples "
                          f"per step make {n * batch // micro} micro-batches of --rollout.micro_batch_size {micro}, "
                          f"fewer than the {actors} actor process(es) that each need one: lower "
                          "--rollout.micro_batch_size or raise the batch")
-    max_len, max_new = _get(args, "data.max_len"), _get(args, "rollout.max_new_tokens")
+    max_len, max_new = flag_value(args, "data.max_len"), flag_value(args, "rollout.max_new_tokens")
     if max_new is not None and max_new < 1:
         raise ValueError(f"--rollout.max_new_tokens={max_new}: must be >= 1 (or unset: max_len - prompt length)")
     if max_len is not None and max_new is not None and max_len <= max_new:
@@ -380,7 +372,7 @@ def validate_sizes(args) -> None:
 
 def validate_group_estimator(args) -> None:
     """A group-baseline estimator with one sample per prompt (upstream: a bare assertion), named by its flags."""
-    n, estimator = args.rollout.n_samples_per_prompt, _get(args, "algo.advantage.estimator")
+    n, estimator = args.rollout.n_samples_per_prompt, flag_value(args, "algo.advantage.estimator")
     if estimator in GROUP_BASELINE_ESTIMATORS and n < 2:
         raise ValueError(f"--algo.advantage.estimator {estimator} compares the samples of each prompt, so it needs "
                          f"--rollout.n_samples_per_prompt >= 2 (got {n}); with one sample per prompt use "
@@ -392,21 +384,21 @@ def validate_group_estimator(args) -> None:
 def validate_cancel_and_history(args) -> None:
     """--ada.cancel / --ada.history and their options act only together with what they need; otherwise a run would
     silently do without them. Raise ValueError naming the flags."""
-    cancel, history = bool(_get(args, "ada.cancel", False)), bool(_get(args, "ada.history", False))
-    enable = bool(_get(args, "ada.enable", False))
+    cancel, history = bool(flag_value(args, "ada.cancel", False)), bool(flag_value(args, "ada.history", False))
+    enable = bool(flag_value(args, "ada.enable", False))
     for flag, on in (("--ada.cancel", cancel), ("--ada.history", history)):
         if on and not enable:
             raise ValueError(f"{flag} changes Reinforce-Ada's sampling, so it needs --ada.enable (without it "
                              "training generation is one round of n per prompt and the flag would do nothing)")
-    if not cancel and _get(args, "ada.cancel_order", AdaConfig.cancel_order) != AdaConfig.cancel_order:
-        raise ValueError(f"--ada.cancel_order {_get(args, 'ada.cancel_order')} only acts with --ada.cancel: add "
+    if not cancel and flag_value(args, "ada.cancel_order", AdaConfig.cancel_order) != AdaConfig.cancel_order:
+        raise ValueError(f"--ada.cancel_order {flag_value(args, 'ada.cancel_order')} only acts with --ada.cancel: add "
                          "--ada.cancel or drop the option")
     if not history:
-        changed = [f"--ada.{k} {_get(args, 'ada.' + k)}" for k in HISTORY_FLAGS[1:]
-                   if _get(args, "ada." + k, getattr(AdaConfig, k)) != getattr(AdaConfig, k)]
+        changed = [f"--ada.{k} {flag_value(args, 'ada.' + k)}" for k in HISTORY_FLAGS[1:]
+                   if flag_value(args, "ada." + k, getattr(AdaConfig, k)) != getattr(AdaConfig, k)]
         if changed:
             raise ValueError(f"{', '.join(changed)} only act(s) with --ada.history: add --ada.history or drop them")
-    if cancel and _get(args, "local.engine") == "hf":
+    if cancel and flag_value(args, "local.engine") == "hf":
         raise ValueError(
             "--ada.cancel needs the vLLM engine: --local.engine hf generates one request at a time inside its "
             "event loop, so a running request cannot be interrupted, and which of the waiting ones got cancelled "
@@ -420,13 +412,13 @@ def validate_skip(args) -> None:
     try:
         greso = greso_config(args)
     except ValueError as e:
-        raise ValueError(f"--ada.greso_target {_get(args, 'ada.greso_target')}: {e}") from None
+        raise ValueError(f"--ada.greso_target {flag_value(args, 'ada.greso_target')}: {e}") from None
     if greso is None:
-        if _get(args, "ada.greso_target", GresoConfig.target) != GresoConfig.target:
-            raise ValueError(f"--ada.greso_target {_get(args, 'ada.greso_target')} only acts with --ada.skip greso: "
+        if flag_value(args, "ada.greso_target", GresoConfig.target) != GresoConfig.target:
+            raise ValueError(f"--ada.greso_target {flag_value(args, 'ada.greso_target')} only acts with --ada.skip greso: "
                              "add it or drop the option")
         return
-    n = _get(args, "rollout.n_samples_per_prompt", 1)
+    n = flag_value(args, "rollout.n_samples_per_prompt", 1)
     if n < 2:
         raise ValueError(f"--ada.skip greso with --rollout.n_samples_per_prompt {n}: GRESO skips prompts whose groups "
                          "all had the same reward, and a group of one sample always has; use n >= 2 or drop "
@@ -436,9 +428,9 @@ def validate_skip(args) -> None:
                          "wrong samples as its groups finish, but a reward model scores them only after generation "
                          "(the samples generator then runs upstream's path). Score with a reward function "
                          "(--reward.remote_url path/to/reward.py or an HTTP reward server), or drop --ada.skip greso")
-    if _get(args, "ada.history", False):
-        changed = [f"--ada.{k} {_get(args, 'ada.' + k)}" for k in ("history_skip", "history_window")
-                   if _get(args, "ada." + k, getattr(AdaConfig, k)) != getattr(AdaConfig, k)]
+    if flag_value(args, "ada.history", False):
+        changed = [f"--ada.{k} {flag_value(args, 'ada.' + k)}" for k in ("history_skip", "history_window")
+                   if flag_value(args, "ada." + k, getattr(AdaConfig, k)) != getattr(AdaConfig, k)]
         if changed:
             raise ValueError(f"{', '.join(changed)} with --ada.skip greso: GRESO's skip replaces --ada.history's "
                              "(whose probability and window these set), so they would do nothing; drop them "
@@ -452,10 +444,10 @@ def validate(args) -> None:
 
     validate_sizes(args)
     check_compatibility(args)
-    kv_cache_gb = _get(args, "cpu.kv_cache_gb", 0.0)
+    kv_cache_gb = flag_value(args, "cpu.kv_cache_gb", 0.0)
     if not kv_cache_gb >= 0 or kv_cache_gb == float("inf"):
         raise ValueError(f"--cpu.kv_cache_gb={kv_cache_gb}: must be a finite number >= 0 (0: computed)")
-    check_reward_url(_get(args, "reward.remote_url"), _get(args, "train.agent_func_path"))
+    check_reward_url(flag_value(args, "reward.remote_url"), flag_value(args, "train.agent_func_path"))
     try:
         fault_config(args)
     except ValueError as e:
@@ -465,17 +457,17 @@ def validate(args) -> None:
         evaluation = eval_config(args)
     except ValueError as e:
         raise ValueError(f"--{e}") from None
-    if evaluation.avg_k and not _get(args, "eval.dataset"):
+    if evaluation.avg_k and not flag_value(args, "eval.dataset"):
         raise ValueError(f"--eval.avg_k {evaluation.avg_k} without --eval.dataset: name the held-out prompts to "
                          "evaluate")
-    estimator = _get(args, "algo.advantage.estimator")
-    has_reward_fn = bool(_get(args, "reward.remote_url") or _get(args, "train.agent_func_path"))
+    estimator = flag_value(args, "algo.advantage.estimator")
+    has_reward_fn = bool(flag_value(args, "reward.remote_url") or flag_value(args, "train.agent_func_path"))
     if adora.enable and adora.weight_func:
         load_weight_func(adora.weight_func)  # fails now, naming file and function, not mid-run
     validate_cancel_and_history(args)
     validate_skip(args)
     if not args.ada.enable:
-        changed = [f"--ada.{k}" for k in EST_FLAGS if _get(args, "ada." + k, getattr(AdaConfig, k)) !=
+        changed = [f"--ada.{k}" for k in EST_FLAGS if flag_value(args, "ada." + k, getattr(AdaConfig, k)) !=
                    getattr(AdaConfig, k)]
         if changed:
             raise ValueError(f"{', '.join(changed)} change(s) Reinforce-Ada, so it needs --ada.enable")
@@ -515,7 +507,7 @@ def validate_est(args, ada: AdaConfig, estimator, adora) -> None:
                        "compounds a normalisation (1/sqrt(p) on top of it: about 1 / (p sqrt(1 - p))). The paper's "
                        "Est advantage is dr_grpo with inv_sqrt_pass_rate; --ada.prompt_weight none keeps group_norm's")
     if ada.strategy != "est":
-        changed = [f"--ada.{k}" for k in EST_ONLY_FLAGS if _get(args, "ada." + k, getattr(AdaConfig, k)) !=
+        changed = [f"--ada.{k}" for k in EST_ONLY_FLAGS if flag_value(args, "ada." + k, getattr(AdaConfig, k)) !=
                    getattr(AdaConfig, k)]
         if changed:
             raise ValueError(f"{', '.join(changed)} only act(s) with --ada.strategy est: add it or drop them")
@@ -526,23 +518,23 @@ def validate_est(args, ada: AdaConfig, estimator, adora) -> None:
                          "--algo.advantage.estimator dr_grpo (r - mean, their script's norm_adv_by_std_in_grpo=False) "
                          f"or group_norm ((r - mean) / (std + 1e-6)); got {estimator}")
     if est.allocation == "authors":
-        unused = [f"--ada.{k}" for k in ("est_max", "est_eps") if _get(args, "ada." + k) is not None]
+        unused = [f"--ada.{k}" for k in ("est_max", "est_eps") if flag_value(args, "ada." + k) is not None]
         if unused:
             raise ValueError(f"{', '.join(unused)} with the authors' allocation (--ada.est_allocation authors): their "
                              "rule has no upper bound and no eps, so the flag would do nothing; drop it or use "
                              "--ada.est_allocation inv_sqrt")
-    if est.allocation == "knapsack" and _get(args, "ada.est_eps") is not None:
+    if est.allocation == "knapsack" and flag_value(args, "ada.est_eps") is not None:
         raise ValueError("--ada.est_eps with --ada.est_allocation knapsack: "
                          "Knapsack-RL's allocation maximises the task value and has no eps, so the flag would do "
                          "nothing; drop --ada.est_eps, or use --ada.est_allocation inv_sqrt where eps flattens the "
                          "allocation")
-    gen_batch = _get(args, "rollout.vllm_generate_batch_size")
+    gen_batch = flag_value(args, "rollout.vllm_generate_batch_size")
     for flag, bad, why in (
             ("--ada.cancel", ada.cancel, "Est trains every sample it allocated: there is no exit rule to stop a "
                                          "prompt early on"),
             ("--ada.history_target", ada.history_target > 0, "it sizes Seq's first round; Est has no rounds, its "
                                                               "allocation is already the per-prompt sizing"),
-            ("--rollout.vllm_generate_batch_size", gen_batch not in (None, _get(args, "rollout.batch_size")),
+            ("--rollout.vllm_generate_batch_size", gen_batch not in (None, flag_value(args, "rollout.batch_size")),
              "upstream splits a larger generation batch into steps of batch x n samples, which cuts groups of "
              "varying size apart")):
         if bad:

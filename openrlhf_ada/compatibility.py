@@ -21,7 +21,7 @@ from openrlhf_ada.algorithms.baselines import GROUP_BASELINE_ESTIMATORS
 from openrlhf_ada.rewards.checks import scored_by_reward_model
 
 
-def _get(args, dotted: str, default=None):
+def flag_value(args, dotted: str, default=None):
     """A parsed flag by its dotted name (`ada.strategy`), `default` where the namespace lacks it."""
     try:
         return attrgetter(dotted)(args)
@@ -30,19 +30,19 @@ def _get(args, dotted: str, default=None):
 
 
 def _n(args) -> int:
-    return _get(args, "rollout.n_samples_per_prompt", 1)
+    return flag_value(args, "rollout.n_samples_per_prompt", 1)
 
 
 def _estimator(args) -> str:
-    return _get(args, "algo.advantage.estimator", "gae")
+    return flag_value(args, "algo.advantage.estimator", "gae")
 
 
 def _est(args) -> bool:
-    return bool(_get(args, "ada.enable", False)) and _get(args, "ada.strategy", "seq") == "est"
+    return bool(flag_value(args, "ada.enable", False)) and flag_value(args, "ada.strategy", "seq") == "est"
 
 
 def _engines(args) -> int:
-    return _get(args, "vllm.num_engines", 0) or 0
+    return flag_value(args, "vllm.num_engines", 0) or 0
 
 
 #: --actor.lr_scheduler / --critic.lr_scheduler values the project's trainers can use. Both build the schedule with
@@ -57,7 +57,7 @@ LR_SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine", "cosine
 
 
 def _bad_schedule(args, role: str) -> bool:
-    return _get(args, f"{role}.lr_scheduler", "cosine_with_min_lr") not in LR_SCHEDULERS
+    return flag_value(args, f"{role}.lr_scheduler", "cosine_with_min_lr") not in LR_SCHEDULERS
 
 
 def _schedule_reason(role: str) -> str:
@@ -86,8 +86,8 @@ class Refusal:
 
     def message(self, args) -> str:
         values = dict(n=_n(args), estimator=_estimator(args), engines=_engines(args),
-                      actor_lr_scheduler=_get(args, "actor.lr_scheduler"),
-                      critic_lr_scheduler=_get(args, "critic.lr_scheduler"))
+                      actor_lr_scheduler=flag_value(args, "actor.lr_scheduler"),
+                      critic_lr_scheduler=flag_value(args, "critic.lr_scheduler"))
         feature, setting = self.feature.format(**values), self.setting.format(**values)
         return f"{feature} with {setting}: {self.reason.format(**values)}"
 
@@ -95,14 +95,14 @@ class Refusal:
 REFUSALS: Tuple[Refusal, ...] = (
     Refusal(
         "one-sample-adora", "--rollout.n_samples_per_prompt {n}", lambda a: _n(a) < 2,
-        "--adora.enable", lambda a: bool(_get(a, "adora.enable", False)),
+        "--adora.enable", lambda a: bool(flag_value(a, "adora.enable", False)),
         "ADORA weighs each prompt's group of samples by what the group shows (its share of correct samples, their "
         "lengths); one sample per prompt makes no group to weigh. Use --rollout.n_samples_per_prompt >= 2 with a "
         "group estimator, or drop --adora.enable",
     ),
     Refusal(
         "one-sample-ada", "--rollout.n_samples_per_prompt {n}", lambda a: _n(a) < 2,
-        "--ada.enable", lambda a: bool(_get(a, "ada.enable", False)),
+        "--ada.enable", lambda a: bool(flag_value(a, "ada.enable", False)),
         "Reinforce-Ada samples a prompt until its samples show both outcomes and trains a group of them against the "
         "group's baseline (Est: every sample, in groups of varying size); it needs --rollout.n_samples_per_prompt "
         ">= 2 (one sample per prompt is no group). Use n >= 2, or drop --ada.enable",
@@ -118,7 +118,7 @@ REFUSALS: Tuple[Refusal, ...] = (
     ),
     Refusal(
         "reward-model-ada", "--reward.model_name_or_path", scored_by_reward_model,
-        "--ada.enable", lambda a: bool(_get(a, "ada.enable", False)),
+        "--ada.enable", lambda a: bool(flag_value(a, "ada.enable", False)),
         "Reinforce-Ada (Seq, Est, --ada.cancel) decides on each sample's reward while it samples (when a prompt is "
         "resolved, how many samples it gets, when to cancel), but a reward model scores the samples only after "
         "generation, in the experience maker. Score with a reward function (--reward.remote_url path/to/reward.py "
@@ -126,15 +126,15 @@ REFUSALS: Tuple[Refusal, ...] = (
         "reward model",
     ),
     Refusal(
-        "reward-url-and-model", "--reward.remote_url", lambda a: bool(_get(a, "reward.remote_url")),
-        "--reward.model_name_or_path", lambda a: bool(_get(a, "reward.model_name_or_path")),
+        "reward-url-and-model", "--reward.remote_url", lambda a: bool(flag_value(a, "reward.remote_url")),
+        "--reward.model_name_or_path", lambda a: bool(flag_value(a, "reward.model_name_or_path")),
         "with a reward function upstream builds no reward model: the rewards come from --reward.remote_url alone and "
         "the model is never loaded (nor does it seed a critic: with --reward.remote_url, gae's critic starts from the "
         "actor's model unless --critic.model_name_or_path names one). Drop one of the two flags",
     ),
     Refusal(
-        "agent-and-reward-model", "--train.agent_func_path", lambda a: bool(_get(a, "train.agent_func_path")),
-        "--reward.model_name_or_path", lambda a: bool(_get(a, "reward.model_name_or_path")),
+        "agent-and-reward-model", "--train.agent_func_path", lambda a: bool(flag_value(a, "train.agent_func_path")),
+        "--reward.model_name_or_path", lambda a: bool(flag_value(a, "reward.model_name_or_path")),
         "the agent's environment gives every sample its reward (the `rewards` of its last step), and with an agent "
         "upstream builds no reward model: it sets --reward.remote_url to \"agent\" after parsing and starts a "
         "reward-model actor only without a remote URL, so the model would never be loaded (nor seed gae's critic, "
@@ -142,7 +142,7 @@ REFUSALS: Tuple[Refusal, ...] = (
         "--reward.model_name_or_path (score inside the agent's step), or drop --train.agent_func_path",
     ),
     Refusal(
-        "load-in-4bit-vllm", "--ds.load_in_4bit", lambda a: bool(_get(a, "ds.load_in_4bit", False)),
+        "load-in-4bit-vllm", "--ds.load_in_4bit", lambda a: bool(flag_value(a, "ds.load_in_4bit", False)),
         "--vllm.num_engines {engines}", lambda a: _engines(a) > 0,
         "the weight sync after each step sends the actor's parameters as they are, and a 4-bit actor's linear "
         "weights are bitsandbytes' packed uint8 (two NF4 values a byte, their scales kept apart), which the engines "
