@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool, make_rng, step_metrics
+from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool, make_rng, pool_metrics
 from openrlhf_ada.algorithms.simulation import simulate
 
 BAL = dict(n=4, round_size=8, max_rounds=4, mode="balance")
@@ -72,20 +72,20 @@ def test_pool_fed_by_hand_with_a_failed_sample_and_late_arrivals():
     assert [pool.items[i] for i in pool.select()] == ["c", "d"]
 
 
-def test_step_metrics_count_cancelled_and_discarded_only_with_the_options_on():
+def test_pool_metrics_count_cancelled_and_discarded_only_with_the_options_on():
     on = AdaConfig(n=2, round_size=4, max_rounds=1, cancel=True)
     a = PromptPool(on)
     a.start_round()
     a.add_sample(1, 1.0, 1.0, length=2)
     assert a.add_sample(3, 0.0, 0.0, length=5)
     a.end_round(cancelled_tokens=10)  # two requests cancelled at t = 5
-    m = step_metrics([a], max_rounds=1, skipped=3)
+    m = pool_metrics([a], max_rounds=1, skipped=3)
     assert (m["ada/cancelled_requests"], m["ada/cancelled_tokens"], m["ada/discarded_samples"]) == (2, 10, 0)
     assert m["ada/tokens_generated"] == 17 and m["ada/skipped_prompts"] == 3 and m["ada/skipped_share"] == 3 / 4
     assert m["ada/eta"] == pytest.approx(7 / 17)  # the kept pair (2 + 5 tokens) of all 17
     b = PromptPool(AdaConfig(n=2, round_size=2, max_rounds=1))
     b.add_round([1, 0], [1, 0], lengths=[1, 1])
-    assert not any("cancel" in k or "skipped" in k for k in step_metrics([b], max_rounds=1))
+    assert not any("cancel" in k or "skipped" in k for k in pool_metrics([b], max_rounds=1))
 
 
 # --- misuse -----------------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool, make_rng, step_metrics
+from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool, make_rng, pool_metrics
 from openrlhf_ada.analysis import learning_stats as stats
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -89,8 +89,8 @@ def test_oracle_draws(se):
     assert se.oracle_seq_draws([0.0] * 40) == se.ORACLE_BUDGET
 
 
-def test_ada_eta_matches_the_projects_step_metrics(se):
-    """The benchmark's eta for a keep-mode setting equals `ada/eta` of step_metrics when every sample is one token,
+def test_ada_eta_matches_the_projects_pool_metrics(se):
+    """The benchmark's eta for a keep-mode setting equals `ada/eta` of pool_metrics when every sample is one token,
     on the same outcome streams (PromptPool driven round by round here)."""
     prompts = 60
     u = se.Universe(np.random.default_rng(3).uniform(0, 1, prompts), seed=3)
@@ -108,7 +108,7 @@ def test_ada_eta_matches_the_projects_step_metrics(se):
                 pool.add_round(chunk, chunk, lengths=[1] * size)
                 pos += size
             pools.append(pool)
-        metrics = step_metrics(pools, method.rounds)
+        metrics = pool_metrics(pools, method.rounds)
         assert row["eta"] == pytest.approx(metrics["ada/eta"])
         assert row["samples_per_prompt"] == pytest.approx(metrics["ada/samples_per_prompt_mean"])
         assert row["resolved_share"] == pytest.approx(metrics["ada/resolved_share"])
@@ -221,7 +221,7 @@ def test_epoch_model_on_saturated_prompts_by_hand(se):
 
 
 def test_epoch_model_tokens_and_eta_match_the_projects_pools_with_cancel(se):
-    """The benchmark's tokens and eta for `+ cancel (arrival)` equal step_metrics of PromptPools driven here under
+    """The benchmark's tokens and eta for `+ cancel (arrival)` equal pool_metrics of PromptPools driven here under
     the stated timing model (shortest first; outstanding requests cut at the stop time)."""
     u = se.EpochUniverse("uniform", "correct_longer", prompts=40, seed=5, epochs=1)
     t = se.run_epochs(se.EpochMethod("c", cancel=True), u, seed=5)
@@ -241,7 +241,7 @@ def test_epoch_model_tokens_and_eta_match_the_projects_pools_with_cancel(se):
             pool.end_round(cancelled_tokens=cut)
             pos += size
         pools.append(pool)
-    m = step_metrics(pools, 4)
+    m = pool_metrics(pools, 4)
     assert t["tokens"] == m["ada/tokens_generated"] and t["samples"] == m["ada/samples_generated"]
     assert t["useful_tokens"] / t["tokens"] == pytest.approx(m["ada/eta"])
     assert t["signal"] / t["trained"] == pytest.approx(m["ada/nonzero_adv_group_share"])

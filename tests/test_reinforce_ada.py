@@ -13,8 +13,8 @@ from openrlhf_ada.algorithms.reinforce_ada import (
     PromptPool,
     exit_reached,
     make_rng,
+    pool_metrics,
     select_group,
-    step_metrics,
 )
 from openrlhf_ada.algorithms.simulation import simulate
 
@@ -288,7 +288,7 @@ def test_bad_input_names_parameter_value_and_accepted(call, words):
         assert word in str(e.value)
 
 
-def test_step_metrics_by_hand():
+def test_pool_metrics_by_hand():
     cfg = AdaConfig(n=2, round_size=2, max_rounds=2)
     a = PromptPool(cfg)  # resolved in round 1: rewards 1, 0; lengths 3, 5
     a.add_round([1, 0], [1, 0], lengths=[3, 5])
@@ -298,7 +298,7 @@ def test_step_metrics_by_hand():
     c = PromptPool(cfg)  # a failed sample in round 1, resolved in round 2
     c.add_round([1, None], [1, None], lengths=[2, 6])
     c.add_round([0, 1], [0, 1], lengths=[1, 1])
-    m = step_metrics([a, b, c], max_rounds=2)
+    m = pool_metrics([a, b, c], max_rounds=2)
     assert m["ada/samples_generated"] == 10 and m["ada/tokens_generated"] == 3 + 5 + 16 + 2 + 6 + 1 + 1
     assert m["ada/samples_per_prompt_mean"] == pytest.approx(10 / 3) and m["ada/samples_per_prompt_max"] == 4
     assert m["ada/rounds_mean"] == pytest.approx(5 / 3)

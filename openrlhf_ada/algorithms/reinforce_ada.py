@@ -527,7 +527,7 @@ class PromptPool:
         return list(self._selected)
 
 
-def step_metrics(pools: Sequence[PromptPool], max_rounds: int, skipped: int = 0) -> dict:
+def pool_metrics(pools: Sequence[PromptPool], max_rounds: int, skipped: int = 0) -> dict:
     """The Reinforce-Ada metrics of one step, from the pools of every prompt processed in it (dropped and failed
     prompts included). A kept group has non-zero advantage unless its rewards are all equal; eta is the share of
     generated tokens that belong to kept samples of such groups (tokens of cancelled requests included).

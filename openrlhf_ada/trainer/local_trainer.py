@@ -415,7 +415,7 @@ class LocalTrainer:
         train_stats = self.update(experiences)
         t_train = time.time() - t1
         self.sync_weights()
-        metrics = self.step_metrics(samples, experiences, n, train_stats, t_gen, t_train)
+        metrics = self.metrics_log_row(samples, experiences, n, train_stats, t_gen, t_train)
         metrics["timing/step"] = time.time() - t0  # generation, scoring, update and weight sync
         metrics.update(self.watch_signal(step, samples))
         self.global_step = step
@@ -496,7 +496,7 @@ class LocalTrainer:
             os.remove(path)
 
     # ------------------------------------------------------------------------------------------------------------
-    def step_metrics(self, samples, experiences, n, train_stats, t_gen, t_train) -> Dict[str, float]:
+    def metrics_log_row(self, samples, experiences, n, train_stats, t_gen, t_train) -> Dict[str, float]:
         """The standard keys of openrlhf_ada.trainer.metrics_log for every run, plus the algorithms' own metrics."""
         threshold = self.args.ada.positive_threshold
         rewards = torch.tensor(rewards_of(samples))

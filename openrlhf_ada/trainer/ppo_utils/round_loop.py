@@ -66,7 +66,7 @@ from tqdm import tqdm
 
 from openrlhf_ada.algorithms.estimate import allocation_metrics
 from openrlhf_ada.algorithms.history import prompt_key
-from openrlhf_ada.algorithms.reinforce_ada import PromptPool, make_rng, step_metrics
+from openrlhf_ada.algorithms.reinforce_ada import PromptPool, make_rng, pool_metrics
 from openrlhf_ada.trainer.ppo_utils.batching import trained_group_sizes
 from openrlhf_ada.trainer.ppo_utils.sample_failures import FailureLog
 from openrlhf_ada.trainer.ppo_utils.sample_record import SampleRecord, record_of
@@ -355,7 +355,7 @@ class RoundStep:
         over the limit stops the step here, whatever the number of samples."""
         gen = self.gen
         self.pools = [item.pool for item in sorted(self.finished, key=lambda it: it.uid)]  # in the order drawn
-        metrics = step_metrics(self.pools, self.max_rounds, skipped=self.skipped)
+        metrics = pool_metrics(self.pools, self.max_rounds, skipped=self.skipped)
         if self.pools:
             metrics.update(allocation_metrics([pool.samples for pool in self.pools],
                                               [pool.sum / pool.count if pool.count else 0.0 for pool in self.pools]))
