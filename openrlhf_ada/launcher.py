@@ -31,6 +31,7 @@ import importlib.util
 import os
 import runpy
 import sys
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 import openrlhf_ada  # noqa: F401  (CPU compatibility before anything imports openrlhf)
@@ -120,116 +121,154 @@ def _fail(prog: str, message: str) -> None:
     raise SystemExit(2)
 
 
-class _Parsed(Exception):
-    def __init__(self, args):
-        self.namespace = args
+@dataclass(frozen=True)
+class LaunchOptions:
+    """What a caller changes about the launcher: `extend_parser` adds flags to upstream's parser, `defaults` replaces
+    defaults, `extra_validate` checks the parsed namespace after the project's checks, `prog` and `description` are
+    what `--help` and errors show; `upstream_only`: upstream's trainer and flags as they are (no project flags,
+    checks or classes), only the worker setup hook and the CPU mode (cli/train_ppo_ray_upstream)."""
+
+    extend_parser: Optional[Callable[[argparse.ArgumentParser], None]] = None
+    defaults: Optional[dict] = None
+    extra_validate: Optional[Callable[[object], None]] = None
+    prog: str = PROG
+    description: str = DESCRIPTION
+    upstream_only: bool = False
 
 
-def parse_args(argv, **parser_options):
+def parse_args(argv, **options):
     """Parse and validate exactly as `main` does (upstream's parser and every upstream check after it, then the
     project's), and return the final namespace instead of training. Used by tests, to check scripts, and by the
-    single-machine trainer (with `extend_parser`, `extra_validate`, `defaults`, `prog`, `description`)."""
-    try:
-        main(argv, _parse_only=True, **parser_options)
-    except _Parsed as parsed:
-        return parsed.namespace
-    raise RuntimeError("upstream's launcher returned without calling train()")
+    single-machine trainer (`options`: LaunchOptions' fields)."""
+    options = LaunchOptions(**options)
+    cpu = _prepare_this_process(options.prog, apply_cpu_patches=False)
+    parsed = []
+    _run_upstream_launcher(argv, options, functools.partial(_keep_final_args, into=parsed, prog=options.prog, cpu=cpu))
+    if not parsed:
+        raise RuntimeError("upstream's launcher returned without calling train()")
+    return parsed[0]
 
 
-def main(
-    argv=None,
-    *,
-    extend_parser: Optional[Callable[[argparse.ArgumentParser], None]] = None,
-    defaults: Optional[dict] = None,
-    extra_validate: Optional[Callable[[object], None]] = None,
-    prog: str = PROG,
-    description: str = DESCRIPTION,
-    upstream_only: bool = False,
-    _parse_only: bool = False,
-) -> None:
-    """Run upstream's launcher module with the project's hooks. `upstream_only`: upstream's trainer and flags as they
-    are (no project flags or classes), only the worker setup hook and the CPU mode (cli/train_ppo_ray_upstream)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    import openrlhf.utils.config as config
+def main(argv=None, **options) -> None:
+    """Run upstream's launcher module with the project's hooks (`options`: LaunchOptions' fields)."""
+    options = LaunchOptions(**options)
+    cpu = _prepare_this_process(options.prog, apply_cpu_patches=True)
+    _run_upstream_launcher(argv, options, functools.partial(_train, options=options, cpu=cpu))
+
+
+def _prepare_this_process(prog: str, *, apply_cpu_patches: bool) -> bool:
+    """The CPU mode decided (and said so when asked for on a machine with CUDA), its patches applied when a run
+    follows, and flash-attn's extension required outside it. Returns whether the CPU mode is on."""
+    import openrlhf.utils.config  # noqa: F401  (imported before the CPU patches, as upstream's launcher is)
 
     cpu = cpu_compat.cpu_mode_active()
     if cpu_compat.cpu_mode_requested() and not cpu:
         why = f"{cpu_compat.CPU_ENV}=1" if os.environ.get(cpu_compat.CPU_ENV) else "the CPU stack's environment"
         print(f"[openrlhf_ada] the CPU mode ({why}) ignored: this machine has CUDA", file=sys.stderr)
-    if cpu and not _parse_only:
+    if cpu and apply_cpu_patches:
         cpu_compat.apply_cpu_patches()
     if not cpu and importlib.util.find_spec(cpu_compat.EXT_NAME) is None:
         _fail(prog, f"flash-attn's compiled CUDA extension ({cpu_compat.EXT_NAME}) is not installed, and openrlhf "
                     "imports it: on a GPU node install the GPU stack (pip install -e '.[gpu]', or the Docker image); "
                     f"to run the whole pipeline on this machine's CPU, set {cpu_compat.CPU_ENV}=1")
+    return cpu
 
-    original_parse_args = argparse.ArgumentParser.parse_args
-    original_hierarchize = config.hierarchize
 
-    def parse_args(parser, args=None, namespace=None):
-        argparse.ArgumentParser.parse_args = original_parse_args  # only upstream's parser gets the project flags
-        parser.prog = prog
-        if not upstream_only:
-            parser.description = description
-            parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
-            add_project_args(parser)
-        if extend_parser is not None:
-            extend_parser(parser)
-        if defaults:
-            parser.set_defaults(**defaults)
-        return original_parse_args(parser, args, namespace)
+def _run_upstream_launcher(argv, options: LaunchOptions, at_train: Callable) -> None:
+    """Upstream's `openrlhf.cli.train_ppo_ray` run as `__main__` on `argv` (None: this process's), with its parser and `hierarchize`
+    hooked (each hook undoes itself when called, and both are undone when the module returns or fails); its
+    closing `train(args)` call goes to `at_train(args, launcher_globals=..., upstream_train=...)`."""
+    import openrlhf.utils.config as config
 
-    def hierarchize(namespace):
-        config.hierarchize = original_hierarchize
-        args = original_hierarchize(namespace)
-        if not upstream_only:
-            try:
-                validate(args)
-                if extra_validate is not None:
-                    extra_validate(args)
-            except ValueError as e:
-                _fail(prog, str(e))
-        # upstream's remaining checks run next; its train() call at the end comes here instead
-        launcher_globals = sys._getframe(1).f_globals
-        upstream_train = launcher_globals["train"]
-
-        def train(final_args):
-            if cpu:
-                try:
-                    notes = cpu_compat.adjust_args_for_cpu(final_args)
-                    if not _parse_only:
-                        notes += [cpu_compat.plan_engine_kv_cache(final_args)] if final_args.vllm.num_engines else []
-                except ValueError as e:
-                    _fail(prog, str(e))
-                for note in notes if not _parse_only else []:
-                    print(f"[openrlhf_ada] CPU mode: {note}", flush=True)
-            if _parse_only:
-                raise _Parsed(final_args)
-            if not upstream_only:
-                try:  # images a run cannot use: refused here, naming file and line, not inside an engine later
-                    check_dataset_images(final_args)
-                except ValueError as e:
-                    _fail(prog, str(e))
-                install_trainers(launcher_globals)
-            if cpu:
-                cpu_compat.prepare_deepspeed_cpu_ops()
-            reward_timeout = getattr(getattr(final_args, "fault", None), "reward_timeout", None)
-            _wrap_ray_init({"OPENRLHF_ADA_REWARD_TIMEOUT": str(reward_timeout)} if reward_timeout else {}, final_args)
-            try:
-                return upstream_train(final_args)
-            finally:
-                _shutdown_own_ray()
-
-        launcher_globals["train"] = train
-        return args
-
-    argparse.ArgumentParser.parse_args = parse_args
-    config.hierarchize = hierarchize
+    argv = list(sys.argv[1:] if argv is None else argv)
+    original_parse_args, original_hierarchize = argparse.ArgumentParser.parse_args, config.hierarchize
+    argparse.ArgumentParser.parse_args = functools.partialmethod(_parse_with_project_flags, options=options,
+                                                                 original=original_parse_args)
+    config.hierarchize = functools.partial(_hierarchize_and_check, options=options, original=original_hierarchize,
+                                           at_train=at_train)
     saved_argv = sys.argv
-    sys.argv = [prog] + argv
+    sys.argv = [options.prog] + argv
     try:
         runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=False)
     finally:
         sys.argv = saved_argv
         argparse.ArgumentParser.parse_args = original_parse_args
         config.hierarchize = original_hierarchize
+
+
+def _parse_with_project_flags(parser, args=None, namespace=None, *, options: LaunchOptions, original: Callable):
+    """Hook 1, upstream's `parser.parse_args()`: its parser (only the first one parsed) also gets the project's flags
+    and the caller's, and the caller's defaults."""
+    argparse.ArgumentParser.parse_args = original
+    parser.prog = options.prog
+    if not options.upstream_only:
+        parser.description = options.description
+        parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
+        add_project_args(parser)
+    if options.extend_parser is not None:
+        options.extend_parser(parser)
+    if options.defaults:
+        parser.set_defaults(**options.defaults)
+    return original(parser, args, namespace)
+
+
+def _hierarchize_and_check(namespace, *, options: LaunchOptions, original: Callable, at_train: Callable):
+    """Hook 2, upstream's `hierarchize`: the project's checks and the caller's on the dotted namespace (misuse stops
+    here), and upstream's `train` (called after its remaining checks) pointed at `at_train`."""
+    import openrlhf.utils.config as config
+
+    config.hierarchize = original
+    args = original(namespace)
+    if not options.upstream_only:
+        try:
+            validate(args)
+            if options.extra_validate is not None:
+                options.extra_validate(args)
+        except ValueError as e:
+            _fail(options.prog, str(e))
+    launcher_globals = sys._getframe(1).f_globals  # upstream's launcher module, the caller
+    launcher_globals["train"] = functools.partial(at_train, launcher_globals=launcher_globals,
+                                                  upstream_train=launcher_globals["train"])
+    return args
+
+
+def _cpu_notes(final_args, prog: str, *, plan_kv_cache: bool) -> list:
+    """The CPU mode's switches of flags that cannot work on CPU (refused ones stop here), and with `plan_kv_cache`
+    the engines' KV cache planned; what was changed, one note each."""
+    try:
+        notes = cpu_compat.adjust_args_for_cpu(final_args)
+        if plan_kv_cache and final_args.vllm.num_engines:
+            notes += [cpu_compat.plan_engine_kv_cache(final_args)]
+    except ValueError as e:
+        _fail(prog, str(e))
+    return notes
+
+
+def _keep_final_args(final_args, *, launcher_globals, upstream_train, into: list, prog: str, cpu: bool) -> None:
+    """`parse_args`'s end of upstream's launcher: the final namespace (with the CPU mode's switches) kept, nothing
+    trained."""
+    if cpu:
+        _cpu_notes(final_args, prog, plan_kv_cache=False)
+    into.append(final_args)
+
+
+def _train(final_args, *, launcher_globals, upstream_train, options: LaunchOptions, cpu: bool):
+    """`main`'s end of upstream's launcher: the CPU mode's switches, the dataset's images checked and the project's
+    classes installed, then upstream's `train()` with ray.init hooked, and this process's Ray shut down after it."""
+    if cpu:
+        for note in _cpu_notes(final_args, options.prog, plan_kv_cache=True):
+            print(f"[openrlhf_ada] CPU mode: {note}", flush=True)
+    if not options.upstream_only:
+        try:  # images a run cannot use: refused here, naming file and line, not inside an engine later
+            check_dataset_images(final_args)
+        except ValueError as e:
+            _fail(options.prog, str(e))
+        install_trainers(launcher_globals)
+    if cpu:
+        cpu_compat.prepare_deepspeed_cpu_ops()
+    reward_timeout = getattr(getattr(final_args, "fault", None), "reward_timeout", None)
+    _wrap_ray_init({"OPENRLHF_ADA_REWARD_TIMEOUT": str(reward_timeout)} if reward_timeout else {}, final_args)
+    try:
+        return upstream_train(final_args)
+    finally:
+        _shutdown_own_ray()
