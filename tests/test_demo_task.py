@@ -500,7 +500,7 @@ def test_demo_refuses_an_output_dir_besides_out(tmp_path, form, capsys):
 
 def test_demo_plot_with_held_out_rows(tmp_path):
     """The demo's figure from a metrics file whose step-0 row holds only the evaluation."""
-    from openrlhf_ada.cli.demo import plot
+    from openrlhf_ada.analysis.demo_plot import plot_demo
 
     rows = [{"step": 0, "time": 0, "eval/accuracy": 0.5, "eval/problems": 100, "eval/temperature": 0,
              "eval/samples_per_problem": 1, "generated_tokens_total": 0}]
@@ -509,5 +509,5 @@ def test_demo_plot_with_held_out_rows(tmp_path):
     rows[-1].update({"eval/accuracy": 0.7, "eval/problems": 100, "eval/temperature": 0, "eval/samples_per_problem": 1})
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    plot(str(path), str(tmp_path / "demo.png"), "test")
+    plot_demo(str(path), str(tmp_path / "demo.png"), "test")
     assert (tmp_path / "demo.png").stat().st_size > 10_000

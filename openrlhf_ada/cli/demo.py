@@ -53,41 +53,6 @@ DEMO_FLAGS = [
 DISTINCT_PROBLEMS = 200  # one-digit chain_sum: 10 x 10 x {+, -}
 
 
-def plot(metrics_path: str, png: str, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from openrlhf_ada.trainer.heldout import plot_heldout
-    from openrlhf_ada.trainer.metrics_log import read_metrics
-
-    rows = read_metrics(metrics_path)
-    trained = [r for r in rows if r.get("reward_mean") is not None]  # the step-0 row holds only the evaluation
-    steps = [r["step"] for r in trained]
-    fig, axes = plt.subplots(1, 4, figsize=(19, 4))
-    if not plot_heldout(axes[0], rows, label="greedy accuracy on held-out problems"):
-        axes[0].set_visible(False)
-    for ax, key, label in zip(axes[1:], ("reward_mean", "pass_rate", "eta"),
-                              ("mean reward of generated samples", "pass rate of generated samples",
-                               "sampling efficiency eta")):
-        ax.plot(steps, [r.get(key) for r in trained], marker="o", markersize=3, label=label)
-        ax.set_xlabel("training step")
-        ax.set_ylabel(label)
-        ax.set_title(label)
-        ax.grid(alpha=0.3)
-    if trained and "ada/first_round_signal_share" in trained[0]:
-        axes[3].plot(steps, [r.get("ada/first_round_signal_share") for r in trained], linestyle="--",
-                     label="share of prompts whose first round had signal (plain GRPO)")
-        axes[3].plot(steps, [1 - r.get("zero_adv_group_share") for r in trained], linestyle=":",
-                     label="share of trained groups with signal")
-        axes[3].legend(fontsize=7)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
-
-
 def write_data(out: str, prompts: int, eval_prompts: int) -> tuple:
     """The training file (seed 0) and the held-out file (seed 1, none of the training problems; checked)."""
     from openrlhf_ada.data.demo_task import write_demo_dataset, write_heldout_dataset
@@ -145,8 +110,10 @@ def main(argv=None) -> int:
     except KvCacheError as e:
         print(f"[demo] {e}", file=sys.stderr)
         return 2
+    from openrlhf_ada.analysis.demo_plot import plot_demo
+
     png = os.path.join(args.out, "demo.png")
-    plot(os.path.join(args.out, "metrics.jsonl"), png,
+    plot_demo(os.path.join(args.out, "metrics.jsonl"), png,
          "SmolLM2-135M-Instruct on chain_sum (one digit), GRPO + ADORA + Reinforce-Ada-balance, 2 CPU cores")
     from openrlhf_ada.trainer.metrics_log import read_metrics
 
