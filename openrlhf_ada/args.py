@@ -30,6 +30,7 @@ from openrlhf_ada.algorithms.reinforce_ada import (
     UNRESOLVED_POLICIES,
     AdaConfig,
 )
+from openrlhf_ada.algorithms.skip_rules import SKIP_RULES, SkipRule
 from openrlhf_ada.compatibility import check as check_compatibility
 from openrlhf_ada.compatibility import flag_value
 from openrlhf_ada.rewards.checks import check_reward_url, scored_by_reward_model
@@ -114,16 +115,17 @@ def add_project_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     g.add_argument("--ada.history_window", type=int, default=ada.history_window,
                    help="With --ada.history: epochs (the prompt's most recent sampled ones) that must all be "
                         "saturated before it can be skipped")
-    g.add_argument("--ada.skip", type=str, default="none", choices=SKIP_RULES,
+    g.add_argument("--ada.skip", type=str, default="none", choices=SKIP_RULES.names(),
                    help="Pre-rollout skip of prompts from what they showed in earlier epochs; a skipped prompt "
-                        "generates nothing, is counted (ada/greso_skipped) and the next prompt takes its slot. none "
-                        "(default); greso: GRESO's, a prompt whose last z groups were all correct (or all wrong) is "
-                        f"skipped with probability 1 - max(p_e^z, {gc.keep_floor}), p_e = p_easy (or p_hard), each "
-                        f"moved by {gc.step} a step (within [{gc.p_min}, {gc.p_max}], from {gc.p_init}, from the "
-                        "second epoch on) toward --ada.greso_target (logged: ada/greso_p_easy, ada/greso_p_hard). "
-                        "Works with fixed-n GRPO (no --ada.enable), "
-                        "Seq and Est; keeps the per-prompt history itself (checkpointed), and with --ada.history "
-                        "replaces its skip (docs/adaptive_family.md)")
+                        "generates nothing, is counted and the next prompt takes its slot. Rules: "
+                        f"{SKIP_RULES.describe()}. greso: a prompt whose last z groups were all correct (or "
+                        f"all wrong) is skipped (counted: ada/greso_skipped) with probability 1 - max(p_e^z, "
+                        f"{gc.keep_floor}), p_e = p_easy (or p_hard), each moved by {gc.step} a step (within "
+                        f"[{gc.p_min}, {gc.p_max}], from {gc.p_init}, from the second epoch on) toward "
+                        "--ada.greso_target (logged: ada/greso_p_easy, ada/greso_p_hard). Works with fixed-n GRPO (no "
+                        "--ada.enable), Seq and Est; keeps the per-prompt history itself (checkpointed), and with "
+                        "--ada.history replaces its skip (docs/adaptive_family.md). A new rule is one class "
+                        "registered in algorithms/skip_rules.py")
     g.add_argument("--ada.greso_target", type=float, default=gc.target,
                    help="With --ada.skip greso: the share of zero-variance groups (all correct or all wrong) among a "
                         f"step's rolled-out prompts that p_easy and p_hard steer toward, {gc.easy_share:.2g} of it "
@@ -250,12 +252,15 @@ def greso_config(args) -> Optional[GresoConfig]:
     """GRESO's settings of --ada.skip greso (the rest: GresoConfig's defaults, the authors'); None without it."""
     if flag_value(args, "ada.skip", "none") != "greso":
         return None
-    return GresoConfig(target=flag_value(args, "ada.greso_target", GresoConfig.target))
+    return GresoConfig.from_flags(args)
+
+
+def skip_rule(args, *, seed: int) -> SkipRule:
+    """The run's --ada.skip rule (algorithms/skip_rules.py), built from the flags."""
+    return SKIP_RULES.get(flag_value(args, "ada.skip", "none"), "ada.skip")(args, seed=seed)
 
 
 HISTORY_FLAGS = ("history", "history_target", "history_skip", "history_window")
-#: --ada.skip's values: no pre-rollout skip, or GRESO's (algorithms/greso.py)
-SKIP_RULES = ("none", "greso")
 #: The flags that act only with --ada.strategy est.
 EST_ONLY_FLAGS = ("est_preset", "est_allocation", "est_min", "est_max", "est_decay", "est_alpha", "est_beta",
                   "est_eps")

@@ -6,6 +6,7 @@ tests/test_cancel_history_on_cpu.py."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,7 +14,8 @@ from types import SimpleNamespace
 import pytest
 
 from openrlhf_ada.algorithms.greso import GresoConfig, GresoState
-from openrlhf_ada.args import ada_config, greso_config
+from openrlhf_ada.algorithms.skip_rules import SKIP_RULES, GresoSkip, HistorySkip, SkipRule, register_skip_rule
+from openrlhf_ada.args import ada_config, add_project_args, greso_config
 from openrlhf_ada.cli.train_local import parse_local_args
 from openrlhf_ada.launcher import parse_args
 from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
@@ -107,35 +109,69 @@ def test_greso_state_resumes_with_the_history_and_decides_alike(flags):
     (through JSON) has the same history and p_e, skips the same prompts in epoch 3, and after the same next step
     the same in epoch 4. With --ada.history the history's own skip is off (GRESO's replaces it)."""
     first = generator("--ada.skip", "greso", *flags)
-    assert first.greso_state == GresoState(0.5, 0.5) and first.history is not None
+    assert isinstance(first.skip_rule, GresoSkip)
+    assert first.skip_rule.state == GresoState(0.5, 0.5) and first.history is not None
     assert first.history.config.skip == 0.0
     keys = [f"prompt {i}" for i in range(40)]
     for epoch in range(3):
         for i, key in enumerate(keys):
             first.history.record(key, epoch, *((4, 0) if i % 2 == 0 or epoch < 2 else (2, 2)))
     step = [(4, 0), (0, 4), (2, 2)]
-    assert first.greso_adapt(step, epoch=0) == {"ada/greso_p_easy": 0.5, "ada/greso_p_hard": 0.5}
-    first.greso_adapt(step, epoch=1)
-    assert first.greso_adapt(step, epoch=1) == pytest.approx({"ada/greso_p_easy": 0.48, "ada/greso_p_hard": 0.48})
+    assert first.skip_rule.after_step(step, 0, 5) == {"ada/greso_skipped": 5.0, "ada/epoch": 0.0,
+                                                      "ada/greso_p_easy": 0.5, "ada/greso_p_hard": 0.5}
+    first.skip_rule.after_step(step, 1, 0)
+    assert first.skip_rule.after_step(step, 1, 0) == pytest.approx(
+        {"ada/greso_skipped": 0.0, "ada/epoch": 1.0, "ada/greso_p_easy": 0.48, "ada/greso_p_hard": 0.48})
 
     state = json.loads(json.dumps(first.state_dict()))
     assert state["greso"] == {"format": 1, "p_easy": pytest.approx(0.48), "p_hard": pytest.approx(0.48)}
     second = generator("--ada.skip", "greso", *flags)
     second.load_state_dict(state)
-    assert second.greso_state == first.greso_state and second.history.to_dict() == first.history.to_dict()
+    assert second.skip_rule.state == first.skip_rule.state and second.history.to_dict() == first.history.to_dict()
     for epoch in (3, 4):
-        decisions = [[gen.greso_skips(key, epoch) for key in keys] for gen in (first, second)]
+        decisions = [[gen.skip_rule.skips(gen.history, key, epoch) for key in keys] for gen in (first, second)]
         assert decisions[0] == decisions[1]
         assert not any(decisions[0][1::2])  # the mixed last group: no streak, never skipped
         assert any(decisions[0][0::2])  # a streak of 3 at p_easy < 0.5: skipped with probability > 0.87
         for gen in (first, second):
-            gen.greso_adapt([(2, 2)] * 3, epoch=epoch)  # no zero-variance group: both p_e one step up
-    assert first.greso_state == second.greso_state == GresoState(pytest.approx(0.50), pytest.approx(0.50))
+            gen.skip_rule.after_step([(2, 2)] * 3, epoch, 0)  # no zero-variance group: both p_e one step up
+    assert first.skip_rule.state == second.skip_rule.state == GresoState(pytest.approx(0.50), pytest.approx(0.50))
 
 
 def test_a_checkpoint_without_greso_state_starts_from_the_initial_one():
     gen = generator("--ada.skip", "greso")
-    gen.greso_state = GresoState(0.3, 0.2)
+    gen.skip_rule.state = GresoState(0.3, 0.2)
     gen.load_state_dict({"step": 3, "epoch": 1, "in_epoch": True})
-    assert gen.greso_state == GresoState(0.5, 0.5)
-    assert generator().greso is None and generator().history is None  # --ada.skip none keeps nothing
+    assert gen.skip_rule.state == GresoState(0.5, 0.5)
+    # --ada.skip none: the history's own skip, which keeps nothing without --ada.history and checkpoints nothing
+    none = generator()
+    assert isinstance(none.skip_rule, HistorySkip) and none.history is None
+    assert set(none.state_dict()) == {"step", "epoch", "in_epoch"}
+
+
+def test_a_registered_skip_rule_is_a_choice_and_the_generator_runs_it(refused):
+    """A toy rule registered for this test: prompts whose key ends in an odd digit are skipped. It is a choice of
+    --ada.skip with its help, the samples generator builds it (keeping the history it asks for, whose own skip it
+    leaves as the flags set it: 0.5 by default) and asks it per prompt; unregistered, the flag refuses it."""
+
+    @register_skip_rule("odd_keys", "prompts whose key ends in an odd digit")
+    class OddKeys(SkipRule):
+        keeps_history = True
+
+        def skips(self, history, key, epoch):
+            return key[-1] in "13579"
+
+    try:
+        parser = add_project_args(argparse.ArgumentParser())
+        skip = next(a for a in parser._actions if "--ada.skip" in a.option_strings)
+        assert skip.choices == ("none", "greso", "odd_keys")
+        assert "or odd_keys (prompts whose key ends in an odd digit)" in skip.help
+        gen = generator("--ada.skip", "odd_keys")
+        assert isinstance(gen.skip_rule, OddKeys) and gen.skip_rule.seed == 42
+        assert gen.history is not None and gen.history.config.skip == 0.5
+        assert [gen.skip_rule.skips(gen.history, key, 0) for key in ("p1", "p2", "p3")] == [True, False, True]
+        assert gen.skip_rule.after_step([(1, 1)], 0, 2) == {}
+        assert set(gen.state_dict()) == {"step", "epoch", "in_epoch", "history"}
+    finally:
+        SKIP_RULES.unregister("odd_keys")
+    refused(parse_args, BASE + ["--ada.skip", "odd_keys"], ["--ada.skip", "invalid choice", "'odd_keys'"])

@@ -95,6 +95,12 @@ class GresoConfig:
                              f"[p_min, p_max] = [{self.p_min}, {self.p_max}]")
         check_int("greso adapt_from_epoch", self.adapt_from_epoch, 0)
 
+    @classmethod
+    def from_flags(cls, args) -> "GresoConfig":
+        """The settings of `--ada.skip greso` from parsed flags: the target of --ada.greso_target (a namespace without
+        it: the default), the rest the defaults."""
+        return cls(target=getattr(getattr(args, "ada", None), "greso_target", cls.target))
+
     @property
     def easy_share(self) -> float:
         """The part of the target for all-correct groups (1/3 by default)."""

@@ -1,5 +1,6 @@
 """Named rules that a user adds with one decorated function: Reinforce-Ada's exit rules (`--ada.mode`), ADORA's
-weight rules (`--adora.variant`) and Reinforce-Ada-Est's allocation rules (`--ada.est_allocation`).
+weight rules (`--adora.variant`) and Reinforce-Ada-Est's allocation rules (`--ada.est_allocation`); and with one
+decorated class, the pre-rollout skip rules (`--ada.skip`, skip_rules.py).
 
 A registry maps a name to the rule's function and a one-line description. The flag's choices and help text are
 read from it when the parser is built, and the frozen configs check a name against it, so a new rule is one

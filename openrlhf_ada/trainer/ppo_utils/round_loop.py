@@ -116,8 +116,8 @@ class RoundStep:
 
     `generator` is the project's samples generator: it owns what outlives a step (the engines, the step counter
     that seeds the per-prompt generators, the epoch, the history, groups carried from a short step), changed only
-    through its own methods (`begin_step`, `prompts_drawn`, `take_skipped`, `hold_skipped`, `greso_skips`,
-    `greso_adapt`, and `new_group_id` for each built group), and the engine-fault
+    through its own methods (`begin_step`, `prompts_drawn`, `take_skipped`, `hold_skipped`, and `new_group_id` for
+    each built group) and its `skip_rule` (`skips`, `after_step`), and the engine-fault
     handling (`_drop_dead_engines`, `_check_stalled`). What the step found (`pools`, `logged`) the
     generator reads from the step when it ends."""
 
@@ -211,7 +211,7 @@ class RoundStep:
                 key = first = None
                 if self.history is not None:
                     key = prompt_key(p)
-                if gen.greso is not None and gen.greso_skips(key, self.epoch):
+                if gen.skip_rule is not None and gen.skip_rule.skips(self.history, key, self.epoch):
                     self.skipped += 1
                     continue
                 if cfg.history:
@@ -371,10 +371,9 @@ class RoundStep:
         logged = self.logged_metrics()
         if logged is not None:
             metrics = {k: v for k, v in metrics.items() if k in logged or k.startswith("fault/")}
-        if gen.greso is not None:  # every skip is GRESO's (it replaces --ada.history's)
-            metrics["ada/greso_skipped"] = float(self.skipped)
-            metrics["ada/epoch"] = float(self.epoch)
-            metrics.update(gen.greso_adapt([(pool.num_pos, pool.num_neg) for pool in self.pools], self.epoch))
+        if gen.skip_rule is not None:
+            metrics.update(gen.skip_rule.after_step([(pool.num_pos, pool.num_neg) for pool in self.pools], self.epoch,
+                                                    self.skipped))
         self.logged = metrics
         return metrics
 

@@ -35,8 +35,7 @@ metrics.
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Iterable, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import ray
 import torch
@@ -45,10 +44,9 @@ from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
 from openrlhf.utils.logging_utils import init_logger
 
 from openrlhf_ada.algorithms.estimate import SeenWatch
-from openrlhf_ada.algorithms.greso import GresoState, adapt, decide_skip, skip_rng, zero_variance_counts
 from openrlhf_ada.algorithms.history import HistoryConfig, PromptHistory
 from openrlhf_ada.algorithms.reinforce_ada import PromptPool
-from openrlhf_ada.args import ada_config, fault_config, greso_config
+from openrlhf_ada.args import ada_config, fault_config, skip_rule
 from openrlhf_ada.trainer.ppo_utils.batching import trained_group_sizes, usable_samples
 from openrlhf_ada.trainer.ppo_utils.sample_failures import reward_failed
 from openrlhf_ada.trainer.ppo_utils.stall_watch import StallWatch
@@ -105,13 +103,13 @@ class RoundsSamplesGenerator(SamplesGenerator):
         # prompts being drawn come from (counted from 0 when a fresh loader iterator yields its first prompt)
         # --ada.strategy est keeps its estimator (Ada-EMA counts) in the same history, and --ada.skip greso reads
         # the groups of earlier epochs from it (GRESO's skip then replaces --ada.history's own)
-        self.greso = greso_config(self.args) if self.pool_config is not None else None
-        self.greso_state = GresoState.initial(self.greso) if self.greso is not None else None
+        self.skip_rule = skip_rule(self.args, seed=self.pool_config.seed) if self.pool_config is not None else None
         history_config = self.ada.history_config if self.ada is not None else HistoryConfig()
-        if self.greso is not None:
-            history_config = replace(history_config, skip=0.0)
+        if self.skip_rule is not None:
+            history_config = self.skip_rule.history_config(history_config)
         keep_history = self.sampling is not None and self.sampling.keeps_history
-        self.history = PromptHistory(history_config) if keep_history or self.greso is not None else None
+        keep_history = keep_history or (self.skip_rule is not None and self.skip_rule.keeps_history)
+        self.history = PromptHistory(history_config) if keep_history else None
         self.last_group_sizes: List[int] = []  # sizes of the last training step's groups, in order (from their ids)
         self._groups_made = 0  # group ids handed out so far: each group of the run gets its own (`new_group_id`)
         # a short step's groups after its cut wait for the next episode's first step where the strategy says so
@@ -157,8 +155,8 @@ class RoundsSamplesGenerator(SamplesGenerator):
                  "in_epoch": getattr(self, "_dataloader_iter", None) is not None and not self._epoch_pending}
         if self.history is not None:
             state["history"] = self.history.to_dict()
-        if self.greso_state is not None:
-            state["greso"] = self.greso_state.to_dict()
+        if self.skip_rule is not None:
+            state.update(self.skip_rule.state_dict())
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -174,12 +172,8 @@ class RoundsSamplesGenerator(SamplesGenerator):
             if saved is None:
                 logger.warning("--ada.history: the checkpoint holds no prompt history (written without "
                                "--ada.history, --ada.strategy est or --ada.skip greso); it starts empty")
-        if self.greso is not None:
-            saved = state.get("greso")
-            self.greso_state = GresoState.from_dict(saved) if saved is not None else GresoState.initial(self.greso)
-            if saved is None:
-                logger.warning("--ada.skip greso: the checkpoint holds no GRESO state (written without --ada.skip "
-                               "greso); p_easy and p_hard start from their initial value")
+        if self.skip_rule is not None:
+            self.skip_rule.load_state_dict(state)
         self._dataloader_iter = None
 
     @torch.no_grad()
@@ -327,19 +321,6 @@ class RoundsSamplesGenerator(SamplesGenerator):
         """The skipped prompts held from an earlier call, handed to the step that counts them."""
         count, self._skipped_carry = self._skipped_carry, 0
         return count
-
-    def greso_skips(self, key: str, epoch: int) -> bool:
-        """--ada.skip greso: skip the prompt `key` before rollout in `epoch`? From its groups of earlier epochs in the
-        history and the current p_easy / p_hard, one draw keyed by (seed, epoch, key)."""
-        groups = [(r.num_pos, r.num_neg) for r in self.history.get(key) if r.epoch < epoch]
-        return decide_skip(groups, self.greso_state, self.greso, skip_rng(self.pool_config.seed, epoch, key))
-
-    def greso_adapt(self, groups: Iterable[Tuple[int, int]], epoch: int) -> dict:
-        """--ada.skip greso after a step: p_easy and p_hard moved by the step's rolled-out groups (num_pos, num_neg);
-        returns them as the step's metrics (the values the next step skips with)."""
-        easy, hard, total = zero_variance_counts(groups)
-        self.greso_state = adapt(self.greso_state, easy, hard, total, self.greso, epoch=epoch)
-        return {"ada/greso_p_easy": self.greso_state.p_easy, "ada/greso_p_hard": self.greso_state.p_hard}
 
     # -- faults ---------------------------------------------------------------------------------------------------
     def _drop_dead_engines(self, error) -> List[str]:
