@@ -454,13 +454,18 @@ class LocalTrainer:
 
     def update(self, experiences: List[Experience]) -> Dict[str, float]:
         """PPO epochs over the rollout: one optimizer step per --train.batch_size samples, micro-batches of
-        --rollout.micro_batch_size accumulated, token-mean over each optimizer window, gradient clipping."""
+        --rollout.micro_batch_size accumulated, token-mean over each optimizer window, gradient clipping. The samples
+        each epoch trained are counted and checked against those handed in (openrlhf_ada.trainer.ledger)."""
+        from openrlhf_ada.trainer import ledger
+
         args = self.args
         self.policy.train()
         per_step = optimizer_window(args)
         windows = [experiences[i : i + per_step] for i in range(0, len(experiences), per_step)]
         stats = {"policy_loss": [], "clip_ratio": [], "grad_norm": [], "kl_loss": []}
+        epoch_counts = []
         for _ in range(args.train.max_epochs):
+            epoch_counts.append(0)
             for window in windows:
                 tokens = sum(e.action_mask.sum() for e in window).float()
                 samples = float(sum(len(e.sequences) for e in window))
@@ -476,6 +481,7 @@ class LocalTrainer:
                         loss = loss + args.algo.kl.init_coef * kl_loss
                         stats["kl_loss"].append(kl_loss.item())
                     loss.backward()
+                    epoch_counts[-1] += len(e.sequences)
                     stats["policy_loss"].append(loss.item())
                     stats["clip_ratio"].append(float(clip_ratio))
                 norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), args.actor.max_norm)
@@ -485,6 +491,8 @@ class LocalTrainer:
                     self.scheduler.step()
         out = {k: float(np.mean(v)) for k, v in stats.items() if v}
         out["actor_lr"] = self.scheduler.get_last_lr()[0]  # as upstream logs it: the rate after the step's updates
+        trained = ledger.rank_term(epoch_counts)  # one process: its one rank's count is the sum over ranks
+        out.update(ledger.check_samples(self.global_step + 1, ledger.count_samples(experiences), trained, [trained]))
         return out
 
     def sync_weights(self) -> None:

@@ -15,6 +15,7 @@ from openrlhf.utils.logging_utils import init_logger
 
 from openrlhf_ada.args import eval_config
 from openrlhf_ada.trainer.heldout import EVAL_PREFIX, avg_at_k_metrics, describe, heldout_metrics
+from openrlhf_ada.trainer.ledger import RANK_COUNTS, LedgerError, check_samples, count_samples
 from openrlhf_ada.trainer.metrics_log import MetricsWriter, keep_rows_up_to, read_metrics, standardize
 from openrlhf_ada.trainer.ppo_utils.batching import short_step_unit
 from openrlhf_ada.trainer.ppo_utils.experience_maker import AdoraPoolExperienceMaker
@@ -29,8 +30,8 @@ logger = init_logger(__name__)
 
 class AdoraPoolTrainerMixin:
     """For classes built on BasePPOTrainer: swap in AdoraPoolExperienceMaker, tell it which step it is computing, stop on
-    a lost rollout engine before the weight sync would wait for it, watch the training signal, write
-    <ckpt.path>/metrics.jsonl, and add the held-out accuracy, its standard error and avg@k (--eval.avg_k) to
+    a lost rollout engine before the weight sync would wait for it, watch the training signal, check the step's
+    sample ledger right after the update (openrlhf_ada.trainer.ledger), write <ckpt.path>/metrics.jsonl, and add the held-out accuracy, its standard error and avg@k (--eval.avg_k) to
     upstream's evaluation (`evaluate`, called by the synchronous trainer)."""
 
     def _install_experience_maker(self) -> None:
@@ -85,9 +86,30 @@ class AdoraPoolTrainerMixin:
             labels=[s.labels[0] for s in rollout_samples])
         for warning in warnings:
             logger.warning(warning)
+        self._ledger_step, self._ledger_samples_trained = step, count_samples(rollout_samples)
         status, global_step = super().train_step(rollout_samples, global_step)
         status.update(signal_metrics)
         return status, global_step
+
+    def ppo_train(self, global_steps: int) -> dict:
+        """Upstream's update of the step's samples, then the sample ledger's check: the samples the generator handed
+        to this step (`train_step`) against the samples the policy's ranks trained, which every rank of the
+        project's policy actor returns (trainer/ray/ppo_actor.py). A difference stops the run here, before the
+        weight sync, the checkpoint and the step's metrics."""
+        status = super().ppo_train(global_steps)
+        per_rank = status.pop(RANK_COUNTS, None)
+        step = self._ledger_step
+        if per_rank is None:
+            if self.actor_model_group is not None and global_steps <= self.args.critic.freezing_steps:
+                logger.warning(f"step {step}: the policy is frozen (--critic.freezing_steps "
+                               f"{self.args.critic.freezing_steps}): only the critic trained, the sample ledger is "
+                               "not checked")
+                return status
+            raise LedgerError(f"step {step}: the policy's ranks reported no count of the samples they trained: the "
+                              "policy actor is not the project's (openrlhf_ada.trainer.ray.ppo_actor), so the sample "
+                              "ledger cannot be checked")
+        status.update(check_samples(step, self._ledger_samples_trained, sum(per_rank), per_rank))
+        return status
 
     def save_logs_and_checkpoints(self, global_step: int, logs_dict=None, client_states=None) -> None:
         """Upstream's logging and checkpoints, plus one JSON line per step in <--ckpt.path>/metrics.jsonl (the

@@ -1,4 +1,5 @@
-"""`LoraSyncPolicyModelActor`: upstream's PolicyModelActor whose weight sync sends a LoRA policy merged.
+"""`LoraSyncPolicyModelActor`: upstream's PolicyModelActor whose weight sync sends a LoRA policy merged, and whose
+update counts the samples it trained for the step's ledger (openrlhf_ada.trainer.ledger).
 
 Upstream's `ActorPPOTrainer.broadcast_to_vllm` (trainer/ray/ppo_actor.py) sends `model.named_parameters()` as they
 are. For a LoRA policy (`--ds.lora.rank > 0`) those are the adapter's float32 matrices and peft's prefixed names,
@@ -9,17 +10,29 @@ group upstream's sync uses (`update_weight` with a broadcast from rank 0, or `up
 uses CUDA IPC), so the engines' receiving side is upstream's (or, on CPU, the CPU mode's) unchanged. A policy
 without LoRA keeps upstream's sync.
 
+The update (`fit`, with or without LoRA) is upstream's, with the trainer's `training_step` wrapped for its duration to
+count the rows of every micro-batch it trains, per epoch; the rank's term (the smallest epoch count) is gathered over
+the data-parallel group, so every rank returns every rank's count with its status (upstream's trainer keeps one
+rank's status) under `ledger.RANK_COUNTS`, for the trainer's check.
+
 The launcher puts this class where upstream's `train()` looks for the policy actor. The methods here call upstream's
 functions explicitly, without zero-argument `super()` (Ray ships an actor class's inherited methods by value).
 """
 
 from __future__ import annotations
 
+import os
+
 import ray
 import torch
 from openrlhf.trainer.ray.ppo_actor import PolicyModelActor
 
+from openrlhf_ada.trainer.ledger import RANK_COUNTS, rank_term
 from openrlhf_ada.trainer.ray.lora_weights import is_lora_model, sync_units, unit_tensor
+
+#: Test-only fault injection, inert unless set: "<update>:<rank>" removes one sample from that data-parallel rank's
+#: replay buffer before its <update>-th update (counted from 1 in this actor process), as a loss would.
+DROP_SAMPLE_ENV = "OPENRLHF_ADA_TEST_DROP_SAMPLE"
 
 
 def _gathered(trainer, params):
@@ -90,7 +103,67 @@ def broadcast_merged_lora(trainer) -> None:
     torch_dist_barrier_and_cuda_sync()
 
 
-class _LoraSyncPolicyModelActor(PolicyModelActor.__ray_actor_class__):
+class SampleCounter:
+    """For the duration of a `with`: the rows of every micro-batch `trainer.training_step` trains, one count per
+    epoch (upstream's ppo_train numbers each epoch's micro-batches from 0)."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+        self.epochs: list = []
+
+    def __enter__(self) -> "SampleCounter":
+        trained = self.trainer.training_step
+
+        def counted(experience, kl_ctl, step, *args, **kwargs):
+            status = trained(experience, kl_ctl, step, *args, **kwargs)
+            if step == 0 or not self.epochs:
+                self.epochs.append(0)
+            self.epochs[-1] += len(experience.sequences)
+            return status
+
+        self.trainer.training_step = counted
+        return self
+
+    def __exit__(self, *exc) -> None:
+        del self.trainer.training_step  # the class's method again
+
+
+def data_parallel_counts(strategy, count: int) -> list:
+    """Every data-parallel rank's `count`, in rank order (ranks of one ring-attention / tensor-parallel group train the
+    same samples and are one data-parallel rank)."""
+    group = strategy.ds_device_mesh["dp"].get_group()
+    mine = torch.tensor([count], dtype=torch.long, device=torch.cuda.current_device())
+    parts = [torch.zeros_like(mine) for _ in range(torch.distributed.get_world_size(group=group))]
+    torch.distributed.all_gather(parts, mine, group=group)
+    return [int(part.item()) for part in parts]
+
+
+def _drop_sample_for_test(trainer, update: int) -> None:
+    spec = os.environ.get(DROP_SAMPLE_ENV)
+    if not spec:
+        return
+    at_update, rank = (int(x) for x in spec.split(":"))
+    dp_rank = torch.distributed.get_rank(group=trainer.strategy.ds_device_mesh["dp"].get_group())
+    if update == at_update and dp_rank == rank and trainer.replay_buffer.items:
+        trainer.replay_buffer.items.pop()
+        print(f"[openrlhf_ada] {DROP_SAMPLE_ENV}: removed one sample from rank {rank}'s replay buffer before "
+              f"update {update}", flush=True)
+
+
+_UpstreamPolicyModelActor = PolicyModelActor.__ray_actor_class__
+
+
+class _LoraSyncPolicyModelActor(_UpstreamPolicyModelActor):
+    def fit(self, kl_ctl: float = 0):
+        """Upstream's update, its trained samples counted (SampleCounter) and gathered over the data-parallel ranks
+        into the returned status (`ledger.RANK_COUNTS`)."""
+        self._ledger_updates = getattr(self, "_ledger_updates", 0) + 1
+        _drop_sample_for_test(self.trainer, self._ledger_updates)
+        with SampleCounter(self.trainer) as counter:
+            status = _UpstreamPolicyModelActor.fit(self, kl_ctl)
+        status[RANK_COUNTS] = data_parallel_counts(self.trainer.strategy, rank_term(counter.epochs))
+        return status
+
     def broadcast_to_vllm(self):
         if is_lora_model(self.actor.model.module):
             broadcast_merged_lora(self.trainer)
