@@ -50,6 +50,7 @@ _LONGEST_FILES = (
     "test_est_on_cpu.py",
     "test_vision_language_on_cpu.py",
     "test_short_step_on_cpu.py",
+    "test_ledger_on_cpu.py",
     "test_heldout_eval.py",
     "test_local_recovery_on_cpu.py",
     "test_cpu_compat_on_cpu.py",

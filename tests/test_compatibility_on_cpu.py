@@ -395,7 +395,7 @@ def test_features_off_async_partial_rollout_with_http_rewards_critic_penalty_is_
     the async trainer with partial rollout, a critic (gae), the HTTP reward server, the overlong penalty, IS
     correction, evaluation, dynamic filtering and dynamic batching (so packing), with 2 policy ranks (ZeRO-3) and 2
     engines: the ranks agree on each step's micro-batch count, each training its 8 samples in micro-batches cut by
-    tokens. 12 prompts solved half the time (their 4 samples 2 + 2) and one never solved (filtered, replaced): 3
+    tokens (the step ledger: 16 handed, 16 trained). 12 prompts solved half the time (their 4 samples 2 + 2) and one never solved (filtered, replaced): 3
     steps of 16."""
     data = write_prompts(tmp_path / "prompts.jsonl", 13, never=1)
     flags = flags_for(tiny_llama_path, tmp_path, data, reward_server.url, [
@@ -414,6 +414,8 @@ def test_features_off_async_partial_rollout_with_http_rewards_critic_penalty_is_
     for row in rows.values():
         check_penalised_rewards(row, (RIGHT + WRONG) / 2)
         assert row["critic_loss"] > 0 and not [k for k in row if k.startswith("adora")]
+        # the step ledger (async trainer, 2 ranks): every sample handed to the step trained, 8 on each rank
+        assert row["ledger/samples_trained"] == row["ledger/samples_trained_by_ranks"] == 16, row
     check_async_run(run, rows, tmp_path)
     evals = reward_server.calls("eval")
     assert evals and evals % (EVAL_PROMPTS * EVAL_N) == 0

@@ -165,6 +165,7 @@ def trained_by_two_ranks(tmp_path: Path, shares: list, *, n: int, rollout_batch:
     return [int(out.strip().splitlines()[-1]) for out, _ in outs]
 
 
+@pytest.mark.slow  # fresh interpreters that import openrlhf: about 40 s
 @pytest.mark.timeout(600)
 def test_uneven_shares_lose_samples_in_upstreams_replay_buffer_and_the_ledger_names_them(tmp_path):
     """One run of 2 real ranks for two counts:

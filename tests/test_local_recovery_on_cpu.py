@@ -174,7 +174,7 @@ def test_a_wrong_signal_is_reported_and_extra_logs_reach_the_metrics(task, tiny_
     out.mkdir()
     (out / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n{"step": 3}\n{"step": 4}\n')  # an earlier run
     flags = ["--ckpt.save_steps", "-1", "--rollout.n_samples_per_prompt", "2", "--rollout.batch_size", "2",
-             "--rollout.micro_batch_size", "4"]
+             "--rollout.micro_batch_size", "4", "--train.max_epochs", "2"]
     run(parse_local_args(argv(task, tiny_llama_path, out, 3, *flags, "--local.overwrite")))
     err = capsys.readouterr().err
     assert "WARNING step 1: the reward file reported 4 of 4 samples with a label it cannot read" in err
@@ -187,6 +187,8 @@ def test_a_wrong_signal_is_reported_and_extra_logs_reach_the_metrics(task, tiny_
         assert row["signal/bad_label_share"] == 1.0
     assert [r["signal/constant_reward_steps"] for r in rows] == [1, 2, 3]
     assert [r["actor_lr"] for r in rows] == [1e-2] * 3  # train_local's default: a constant rate
+    # the step ledger: 2 prompts x 2 samples handed to the update, each trained once per step over its 2 epochs
+    assert [(r["ledger/samples_trained"], r["ledger/samples_trained_by_ranks"]) for r in rows] == [(4.0, 4.0)] * 3
 
 
 def test_data_errors_found_after_parsing_print_one_line(task, tiny_llama_path, capsys):
