@@ -31,8 +31,9 @@ logger = init_logger(__name__)
 class AdoraPoolTrainerMixin:
     """For classes built on BasePPOTrainer: swap in AdoraPoolExperienceMaker, tell it which step it is computing, stop on
     a lost rollout engine before the weight sync would wait for it, watch the training signal, check the step's
-    sample ledger right after the update (openrlhf_ada.trainer.ledger), write <ckpt.path>/metrics.jsonl, and add the held-out accuracy, its standard error and avg@k (--eval.avg_k) to
-    upstream's evaluation (`evaluate`, called by the synchronous trainer)."""
+    sample ledger right after the update (openrlhf_ada.trainer.ledger), write <ckpt.path>/metrics.jsonl, and add the
+    held-out accuracy, its standard error and avg@k (--eval.avg_k) to upstream's evaluation (`evaluate`, called by
+    the synchronous trainer)."""
 
     def _install_experience_maker(self) -> None:
         upstream = self.experience_maker

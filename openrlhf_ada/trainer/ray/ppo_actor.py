@@ -113,6 +113,7 @@ class SampleCounter:
 
     def __enter__(self) -> "SampleCounter":
         trained = self.trainer.training_step
+        self._own = vars(self.trainer).get("training_step")  # an instance's own wrapper, put back afterwards
 
         def counted(experience, kl_ctl, step, *args, **kwargs):
             status = trained(experience, kl_ctl, step, *args, **kwargs)
@@ -125,7 +126,10 @@ class SampleCounter:
         return self
 
     def __exit__(self, *exc) -> None:
-        del self.trainer.training_step  # the class's method again
+        if self._own is None:
+            del self.trainer.training_step  # the class's method again
+        else:
+            self.trainer.training_step = self._own
 
 
 def data_parallel_counts(strategy, count: int) -> list:
