@@ -416,6 +416,9 @@ def test_features_off_async_partial_rollout_with_http_rewards_critic_penalty_is_
         assert row["critic_loss"] > 0 and not [k for k in row if k.startswith("adora")]
         # the step ledger (async trainer, 2 ranks): every sample handed to the step trained, 8 on each rank
         assert row["ledger/samples_trained"] == row["ledger/samples_trained_by_ranks"] == 16, row
+    scalars = _p.tensorboard_scalars(tmp_path / "tb")  # and through upstream's logging, as train/<key>
+    for key in ("ledger/samples_trained", "ledger/samples_trained_by_ranks"):
+        assert scalars.get(f"train/{key}") == {1: 16.0, 2: 16.0, 3: 16.0}, (key, scalars.get(f"train/{key}"))
     check_async_run(run, rows, tmp_path)
     evals = reward_server.calls("eval")
     assert evals and evals % (EVAL_PROMPTS * EVAL_N) == 0
