@@ -216,7 +216,8 @@ def test_the_cluster_trainer_warns_when_every_reward_is_the_same(monkeypatch):
     trainer = Trainer()
     trainer._sync_engines, trainer._signal_state = [], SignalState()
     trainer.experience_maker = type("Maker", (), {})()
-    samples = [Experience(rewards=torch.tensor([0.0]), labels=["l"], info={}) for _ in range(4)]
+    samples = [Experience(sequences=torch.zeros(1, 3, dtype=torch.long), rewards=torch.tensor([0.0]), labels=["l"],
+                          info={}) for _ in range(4)]
     statuses = [trainer.train_step(samples, step)[0] for step in range(3)]
     assert [s["signal/constant_reward_steps"] for s in statuses] == [1.0, 2.0, 3.0]
     assert len(warnings) == 1 and "every reward of the last 3 steps was 0" in warnings[0]
