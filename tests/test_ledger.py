@@ -4,6 +4,8 @@ actor ranks trained on.
 - the check on hand-made counts: equal passes, one short stops naming the step, both terms and the ranks' counts;
 - the rank-side count (`SampleCounter`): the rows of each micro-batch `training_step` trained, once per step when
   there are several epochs;
+- the cluster trainer's check on a fake upstream: the ranks' counts become the two terms; a status without them (a
+  policy actor that is not the project's) stops the step, a policy frozen for the critic's warm-up is said;
 - what the identity is for: upstream's `balance_experiences` gives ranks unequal shares of a sample count that is not
   a multiple of the ranks (fewer batches than ranks when the count is below them), and upstream's replay buffer then
   trains on every rank only the whole --train.batch_size / ranks slices that the smallest share fills (its
@@ -220,3 +222,44 @@ def test_the_short_step_cut_hands_balance_experiences_only_counts_every_rank_spl
             shares = [len(e.sequences) for e in balance_experiences(one_sample_experiences(kept), dp_args(dp))]
             assert shares == [kept // dp] * dp, (groups, kept, shares)
             assert all(share % (train_batch // dp) == 0 for share in shares)
+
+
+# -- the cluster trainer's check, on a fake upstream -----------------------------------------------------------------
+
+
+def trainer_with_upstream_status(status: dict, *, freezing_steps: int = -1):
+    """AdoraPoolTrainerMixin over an upstream whose ppo_train returns `status` (what the actor ranks' fit returned),
+    after a step handed 16 samples."""
+    from openrlhf_ada.trainer.ppo_trainer import AdoraPoolTrainerMixin
+
+    class Upstream:
+        def ppo_train(self, global_steps):
+            return dict(status)
+
+    class Trainer(AdoraPoolTrainerMixin, Upstream):
+        pass
+
+    trainer = Trainer()
+    trainer.args = SimpleNamespace(critic=SimpleNamespace(freezing_steps=freezing_steps))
+    trainer.actor_model_group = object()
+    trainer._ledger_step, trainer._ledger_samples_trained = 3, 16
+    return trainer
+
+
+def test_the_cluster_trainer_checks_the_ranks_counts_and_refuses_a_step_without_them(monkeypatch):
+    """The ranks' counts leave the status (they are not a metric) and become the two terms; a short rank stops the
+    step; a status without counts (a policy actor that is not the project's) stops it too, unless the policy was
+    frozen for the critic's warm-up (said in the log)."""
+    from openrlhf_ada.trainer import ppo_trainer
+    from openrlhf_ada.trainer.ledger import RANK_COUNTS
+
+    status = trainer_with_upstream_status({"policy_loss": 0.5, RANK_COUNTS: [8, 8]}).ppo_train(2)
+    assert status == {"policy_loss": 0.5, SAMPLES_TRAINED: 16.0, SAMPLES_TRAINED_BY_RANKS: 16.0}
+    with pytest.raises(LedgerError, match=r"step 3: .* = 16 .* = 15 .*\(per rank: 8, 7\)"):
+        trainer_with_upstream_status({RANK_COUNTS: [8, 7]}).ppo_train(2)
+    with pytest.raises(LedgerError, match="step 3: the policy's ranks reported no count"):
+        trainer_with_upstream_status({"policy_loss": 0.5}).ppo_train(2)
+    warnings = []
+    monkeypatch.setattr(ppo_trainer.logger, "warning", warnings.append)
+    assert trainer_with_upstream_status({"critic_loss": 1.0}, freezing_steps=5).ppo_train(2) == {"critic_loss": 1.0}
+    assert len(warnings) == 1 and "the policy is frozen (--critic.freezing_steps 5)" in warnings[0]
