@@ -366,6 +366,7 @@ def validate_sizes(args) -> None:
                          f"per step make {n * batch // micro} micro-batches of --rollout.micro_batch_size {micro}, "
                          f"fewer than the {actors} actor process(es) that each need one: lower "
                          "--rollout.micro_batch_size or raise the batch")
+    validate_dynamic_batch(args, n, batch, actors)
     max_len, max_new = flag_value(args, "data.max_len"), flag_value(args, "rollout.max_new_tokens")
     if max_new is not None and max_new < 1:
         raise ValueError(f"--rollout.max_new_tokens={max_new}: must be >= 1 (or unset: max_len - prompt length)")
@@ -373,6 +374,31 @@ def validate_sizes(args) -> None:
         raise ValueError(f"--data.max_len={max_len} is the prompt + response budget, so it must exceed "
                          f"--rollout.max_new_tokens={max_new} (that leaves no room for the prompt): raise "
                          "--data.max_len or lower --rollout.max_new_tokens")
+
+
+def validate_dynamic_batch(args, n, batch, actors: int) -> None:
+    """--train.dynamic_batch_enable: upstream's replay buffer trains each rank's share in whole slices of
+    --train.batch_size / ranks samples, as many as the smallest share fills and at most a full step's worth of train
+    batches, and skips the rest without a word. A full step that is not a whole number of train batches, or a train
+    batch that the ranks cannot split evenly, so loses samples every step (the step ledger would stop the run at step
+    1): refuse it before anything starts, with how many samples a step would lose."""
+    train_batch = flag_value(args, "train.batch_size")
+    if not flag_value(args, "train.dynamic_batch_enable", False) or None in (n, batch, train_batch) or actors < 1:
+        return
+    step = n * batch
+    if step % train_batch == 0 and train_batch % actors == 0:
+        return
+    per_rank = train_batch // actors  # the slice each rank trains per train batch
+    trained = min(step // train_batch, (step // actors) // per_rank) * per_rank * actors if per_rank else 0
+    fits = [size for size in range(min(train_batch, step), 0, -1) if step % size == 0 and size % actors == 0]
+    fix = (f"--train.batch_size {fits[0]}" if fits else
+           f"a --rollout.batch_size whose step is a multiple of --train.batch_size {train_batch}")
+    raise ValueError(
+        f"--train.dynamic_batch_enable with --rollout.batch_size {batch} x --rollout.n_samples_per_prompt {n} = "
+        f"{step} samples a step and --train.batch_size {train_batch} over {actors} actor rank(s): upstream's replay "
+        f"buffer trains each rank's share only in whole slices of {train_batch} / {actors} samples, so {step - trained} "
+        f"of every {step} samples would never be trained. Make the step a whole number of train batches and the train "
+        f"batch a multiple of the ranks (here: {fix}), or drop --train.dynamic_batch_enable")
 
 
 def validate_group_estimator(args) -> None:

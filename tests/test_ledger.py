@@ -27,6 +27,7 @@ import pytest
 import torch
 from openrlhf.trainer.ppo_utils.experience import Experience, balance_experiences
 
+from openrlhf_ada.args import validate_sizes
 from openrlhf_ada.trainer.ledger import (
     SAMPLES_TRAINED,
     SAMPLES_TRAINED_BY_RANKS,
@@ -35,7 +36,7 @@ from openrlhf_ada.trainer.ledger import (
     count_samples,
     rank_term,
 )
-from openrlhf_ada.trainer.ppo_utils.batching import short_step_unit, whole_units
+from openrlhf_ada.trainer.ppo_utils.batching import short_step_unit, usable_samples
 from openrlhf_ada.trainer.ray.ppo_actor import SampleCounter
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -216,7 +217,7 @@ def test_the_short_step_cut_hands_balance_experiences_only_counts_every_rank_spl
     replay buffer leaves none of it untrained."""
     unit = short_step_unit(cut_args(n=n, dp=dp, train_batch=train_batch))
     for groups in range(0, 4 * train_batch // n + 2):
-        kept = whole_units(groups * n, unit)
+        kept = usable_samples([n] * groups, unit)  # the generator's cut, groups of n
         assert kept % dp == 0 and kept % train_batch == 0 and kept % n == 0, (groups, kept)
         if kept:
             shares = [len(e.sequences) for e in balance_experiences(one_sample_experiences(kept), dp_args(dp))]
@@ -263,3 +264,36 @@ def test_the_cluster_trainer_checks_the_ranks_counts_and_refuses_a_step_without_
     monkeypatch.setattr(ppo_trainer.logger, "warning", warnings.append)
     assert trainer_with_upstream_status({"critic_loss": 1.0}, freezing_steps=5).ppo_train(2) == {"critic_loss": 1.0}
     assert len(warnings) == 1 and "the policy is frozen (--critic.freezing_steps 5)" in warnings[0]
+
+
+def dynamic_batch_args(*, n, rollout_batch, train_batch, dp):
+    return SimpleNamespace(
+        rollout=SimpleNamespace(n_samples_per_prompt=n, batch_size=rollout_batch, micro_batch_size=1),
+        train=SimpleNamespace(batch_size=train_batch, micro_batch_size=1, dynamic_batch_enable=True),
+        ds=SimpleNamespace(ring_attn_size=1, tensor_parallel_size=1),
+        actor=SimpleNamespace(num_nodes=1, num_gpus_per_node=dp),
+        data=SimpleNamespace(max_len=None), )
+
+
+@pytest.mark.parametrize("n, rollout_batch, train_batch, dp, lost", [
+    # a step of 12 over 2 ranks, slices of 8 / 2 = 4: one slice each, 4 of 12 never trained (the replay buffer above)
+    (4, 3, 8, 2, 4),
+    # 12 over 4 ranks, train batches of 6: slices of 6 // 4 = 1, at most 12 // 6 = 2 of them a rank: 8 trained
+    (4, 3, 6, 4, 4),
+    # 8 over 3 ranks (shares 3, 3, 2), slices of 8 // 3 = 2, one train batch a step: 6 trained
+    (4, 2, 8, 3, 2),
+])
+def test_a_full_step_that_dynamic_batching_would_cut_is_refused_at_start_up(n, rollout_batch, train_batch, dp, lost):
+    """What the ledger would stop at step 1 is refused before anything starts, with the samples a step would lose
+    (worked by hand in each case's comment from the replay buffer's rule: min(step // train batch, smallest share //
+    slice) slices of train batch // ranks samples a rank)."""
+    args = dynamic_batch_args(n=n, rollout_batch=rollout_batch, train_batch=train_batch, dp=dp)
+    with pytest.raises(ValueError, match=rf"so {lost} of every {n * rollout_batch} samples would never be trained"):
+        validate_sizes(args)
+    args.train.dynamic_batch_enable = False  # upstream's fixed micro-batches: not this rule
+    validate_sizes(args)
+
+
+@pytest.mark.parametrize("n, rollout_batch, train_batch, dp", [(4, 4, 8, 2), (4, 4, 16, 4), (8, 3, 24, 3)])
+def test_a_full_step_of_whole_train_batches_passes(n, rollout_batch, train_batch, dp):
+    validate_sizes(dynamic_batch_args(n=n, rollout_batch=rollout_batch, train_batch=train_batch, dp=dp))
