@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -29,12 +30,19 @@ from openrlhf.trainer.ppo_utils.experience import Experience, balance_experience
 
 from openrlhf_ada.args import validate_sizes
 from openrlhf_ada.trainer.ledger import (
+    EPOCH_UNACCOUNTED,
     SAMPLES_TRAINED,
     SAMPLES_TRAINED_BY_RANKS,
     LedgerError,
+    check_epoch,
+    check_generated_samples,
+    check_prompts,
     check_samples,
     count_samples,
+    epoch_unaccounted,
+    prompt_metric,
     rank_term,
+    sample_metric,
 )
 from openrlhf_ada.trainer.ppo_utils.batching import short_step_unit, usable_samples
 from openrlhf_ada.trainer.ray.ppo_actor import SampleCounter
@@ -297,3 +305,52 @@ def test_a_full_step_that_dynamic_batching_would_cut_is_refused_at_start_up(n, r
 @pytest.mark.parametrize("n, rollout_batch, train_batch, dp", [(4, 4, 8, 2), (4, 4, 16, 4), (8, 3, 24, 3)])
 def test_a_full_step_of_whole_train_batches_passes(n, rollout_batch, train_batch, dp):
     validate_sizes(dynamic_batch_args(n=n, rollout_batch=rollout_batch, train_batch=train_batch, dp=dp))
+
+
+# -- the generator's side: prompt and sample identities, epoch coverage -------------------------------------------------
+
+
+def test_the_prompt_identity_on_hand_made_counts():
+    counts = dict(drawn=11, carried_in=1, trained=7, skipped=2, filtered=1, failed=0, dropped=1, cut=0, carried_out=1)
+    metrics = check_prompts(4, counts)
+    assert metrics[prompt_metric("drawn")] == 11.0 and metrics[prompt_metric("carried_out")] == 1.0
+    assert len(metrics) == 9  # every term, missing ones as 0
+    assert check_prompts(1, {})[prompt_metric("cut")] == 0.0
+    with pytest.raises(LedgerError) as caught:
+        check_prompts(4, {**counts, "trained": 6})
+    message = str(caught.value)
+    assert message.startswith("step 4: the prompt ledger does not balance: drawn + carried_in = 12 but trained + "
+                              "skipped + filtered + failed + dropped + cut + carried_out = 11")
+    assert "ledger/prompts_trained = 6" in message and "1 prompt unaccounted for" in message
+    with pytest.raises(LedgerError, match="1 prompt counted twice"):
+        check_prompts(4, {**counts, "cut": 1})
+    with pytest.raises(ValueError, match="unknown prompt ledger terms"):
+        check_prompts(4, {"lost": 1})
+
+
+def test_the_sample_identity_on_hand_made_counts():
+    # Seq: 3 prompts, 20 generated, 12 kept of which 4 carried out, 8 released; 4 carried in from the last step
+    counts = dict(generated=20, carried_in=4, trained=12, released=8, cut=0, carried_out=4)
+    assert check_generated_samples(2, counts)[sample_metric("released")] == 8.0
+    with pytest.raises(LedgerError, match=r"step 2: the sample ledger does not balance: generated \+ carried_in = 24 "
+                                          r"but trained \+ released \+ cut \+ carried_out = 23 .*ledger/samples_cut = 0"):
+        check_generated_samples(2, {**counts, "released": 7})
+
+
+def test_epoch_coverage_counts_duplicates_by_key():
+    data = Counter({"a": 2, "b": 1, "c": 1})  # "a" twice in the data
+    drawn = Counter({"a": 2, "b": 1, "c": 1})
+    outcomes = {"trained": Counter({"a": 1, "c": 1}), "skipped": Counter({"a": 1}), "cut": Counter({"b": 1})}
+    metrics = check_epoch(0, drawn, outcomes, data, whole=True)
+    assert metrics[EPOCH_UNACCOUNTED] == 0.0 and metrics["ledger/epoch_prompts_trained"] == 2.0
+    assert metrics["ledger/epoch_prompts_drawn"] == 4.0 and metrics["ledger/epoch_prompts_cut"] == 1.0
+    # by hand: "a" settled once of twice (1), "b" settled twice (1)
+    assert epoch_unaccounted(drawn, Counter({"a": 1, "b": 2, "c": 1})) == 2
+    # drawn three times, held twice (a restarted loader): 1 over the data, 1 not settled
+    assert epoch_unaccounted(Counter({"a": 3}), Counter({"a": 2}), Counter({"a": 2})) == 2
+    # a whole epoch that never drew "c": 1; an epoch resumed mid-way is not held to the whole data
+    assert epoch_unaccounted(Counter({"a": 2, "b": 1}), Counter({"a": 2, "b": 1}), data, whole=True) == 1
+    assert epoch_unaccounted(Counter({"a": 2, "b": 1}), Counter({"a": 2, "b": 1}), data, whole=False) == 0
+    with pytest.raises(LedgerError, match=r"epoch 3: the prompt coverage does not balance: 1 prompt\(s\) .*"
+                                          r"ledger/epoch_prompts_unaccounted = 1.*a: data 2, drawn 2, settled 1"):
+        check_epoch(3, drawn, {"trained": Counter({"a": 1, "b": 1, "c": 1})}, data, whole=True)

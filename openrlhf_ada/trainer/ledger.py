@@ -19,13 +19,26 @@ The terms (their metric names are logged every step, docs/metrics.md):
   a sample is counted once per step with --train.max_epochs > 1 and a sample some epoch left out is missing.
 
 The identity: samples_trained == samples_trained_by_ranks. `check_samples` is pure (counts in, metrics out, or
-`LedgerError`); later terms of the generator's side (prompts drawn, trained, skipped; samples generated, released,
-cancelled) and their identities belong here too.
+`LedgerError`).
+
+The generator's side (counted where each event happens: the round loop's draw, settle and build, the samples
+generator's carry and short-step cut; docs/metrics.md), checked at the end of every training generation call:
+
+    prompts:  drawn + carried_in = trained + skipped + filtered + failed + dropped + cut + carried_out
+    samples:  generated + carried_in = trained + released + cut + carried_out
+
+`prompts_dropped` names the prompts `--ada.unresolved drop` settles without a group (replaced by the next prompt);
+`prompts_cut` / `samples_cut` the groups a short step's cut removes where the strategy does not carry them (Est,
+upstream's generation path): a real loss, named. `samples_cancelled` (requests `--ada.cancel` cancelled before they
+came back) is logged, not a term: those samples were never generated. And per epoch, once its last prompt is
+settled: every prompt the epoch drew has exactly one final outcome, counted with multiplicities by prompt key, and
+no prompt was drawn more often than the data holds it (nor, for a whole epoch, less): `epoch_unaccounted`.
 """
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, Optional, Sequence
+from collections import Counter
+from typing import Dict, Iterable, Mapping, Optional, Sequence
 
 SAMPLES_TRAINED = "ledger/samples_trained"
 SAMPLES_TRAINED_BY_RANKS = "ledger/samples_trained_by_ranks"
@@ -66,3 +79,98 @@ def check_samples(step: int, samples_trained: int, samples_trained_by_ranks: int
             f"samples the actor ranks updated on){ranks}: {what}. The run stops before the step's checkpoint and "
             f"metrics are written")
     return {SAMPLES_TRAINED: float(samples_trained), SAMPLES_TRAINED_BY_RANKS: float(samples_trained_by_ranks)}
+
+
+# -- the generator's side ---------------------------------------------------------------------------------------------
+
+#: The prompt terms, left side first: drawn + carried_in = the rest.
+PROMPT_IN = ("drawn", "carried_in")
+PROMPT_OUT = ("trained", "skipped", "filtered", "failed", "dropped", "cut", "carried_out")
+#: The sample terms, left side first: generated + carried_in = the rest.
+SAMPLE_IN = ("generated", "carried_in")
+SAMPLE_OUT = ("trained", "released", "cut", "carried_out")
+SAMPLES_CANCELLED = "ledger/samples_cancelled"
+#: The final outcomes of a prompt in its epoch (carried_out is not final: the group is trained in a later step).
+OUTCOMES = ("trained", "skipped", "filtered", "failed", "dropped", "cut")
+EPOCH_UNACCOUNTED = "ledger/epoch_prompts_unaccounted"
+
+
+def prompt_metric(term: str) -> str:
+    return f"ledger/prompts_{term}"
+
+
+def sample_metric(term: str) -> str:
+    return f"ledger/samples_{term}"
+
+
+def _identity(step: int, what: str, counts: Mapping[str, int], left: Sequence[str], right: Sequence[str],
+              name) -> Dict[str, float]:
+    """One identity, sum(left) == sum(right), over `counts` (a missing term is 0): the terms as metrics, or
+    LedgerError naming the step and every term."""
+    unknown = set(counts) - set(left) - set(right)
+    if unknown:
+        raise ValueError(f"unknown {what} ledger terms: {sorted(unknown)}")
+    value = {term: int(counts.get(term, 0)) for term in (*left, *right)}
+    lhs, rhs = sum(value[t] for t in left), sum(value[t] for t in right)
+    if lhs != rhs:
+        terms = ", ".join(f"{name(t)} = {value[t]}" for t in (*left, *right))
+        raise LedgerError(
+            f"step {step}: the {what} ledger does not balance: {' + '.join(left)} = {lhs} but "
+            f"{' + '.join(right)} = {rhs} ({terms}): {abs(lhs - rhs)} {what} "
+            f"{'unaccounted for' if lhs > rhs else 'counted twice'}. The run stops")
+    return {name(t): float(v) for t, v in value.items()}
+
+
+def check_prompts(step: int, counts: Mapping[str, int]) -> Dict[str, float]:
+    """The step's prompt terms as metrics; LedgerError when drawn + carried_in != trained + skipped + filtered +
+    failed + dropped + cut + carried_out."""
+    return _identity(step, "prompt", counts, PROMPT_IN, PROMPT_OUT, prompt_metric)
+
+
+def check_generated_samples(step: int, counts: Mapping[str, int]) -> Dict[str, float]:
+    """The step's generator-side sample terms as metrics; LedgerError when generated + carried_in != trained +
+    released + cut + carried_out."""
+    return _identity(step, "sample", counts, SAMPLE_IN, SAMPLE_OUT, sample_metric)
+
+
+def epoch_unaccounted(drawn: Counter, settled: Counter, dataset: Optional[Counter] = None,
+                      whole: bool = False) -> int:
+    """Prompts of an epoch without exactly one final outcome, counted with multiplicities by prompt key: drawn but
+    not settled or settled twice (|drawn - settled| per key), drawn more often than the data holds them (a
+    restarted loader), and, for a whole epoch (`whole`: the loader ran out and the epoch was not resumed from a
+    checkpoint mid-way), held by the data but never drawn. `dataset`: the data's prompt counts, None when unknown."""
+    keys = set(drawn) | set(settled)
+    missing = sum(abs(drawn[k] - settled[k]) for k in keys)
+    if dataset is not None:
+        missing += sum(max(0, drawn[k] - dataset[k]) for k in drawn)
+        if whole:
+            missing += sum(max(0, dataset[k] - drawn[k]) for k in dataset)
+    return missing
+
+
+def check_epoch(epoch: int, drawn: Counter, outcomes: Mapping[str, Counter], dataset: Optional[Counter] = None,
+                whole: bool = False) -> Dict[str, float]:
+    """An epoch's coverage once its last prompt is settled: its counts as metrics (`ledger/epoch`,
+    `ledger/epoch_prompts_drawn`, one `ledger/epoch_prompts_<outcome>` per outcome, `ledger/epoch_prompts_unaccounted`,
+    0), or LedgerError naming the epoch, every count and some of the prompts concerned."""
+    unknown = set(outcomes) - set(OUTCOMES)
+    if unknown:
+        raise ValueError(f"unknown outcomes: {sorted(unknown)}")
+    settled = Counter()
+    for counter in outcomes.values():
+        settled.update(counter)
+    missing = epoch_unaccounted(drawn, settled, dataset, whole)
+    metrics = {"ledger/epoch": float(epoch), "ledger/epoch_prompts_drawn": float(sum(drawn.values()))}
+    metrics.update({f"ledger/epoch_prompts_{o}": float(sum(outcomes.get(o, Counter()).values())) for o in OUTCOMES})
+    metrics[EPOCH_UNACCOUNTED] = float(missing)
+    if missing:
+        terms = ", ".join(f"{k} = {int(v)}" for k, v in metrics.items())
+        odd = sorted(k for k in set(drawn) | set(settled) | set(dataset or ())
+                     if drawn[k] != settled[k] or (dataset is not None and (drawn[k] > dataset[k] or
+                                                                           (whole and drawn[k] < dataset[k]))))
+        detail = "; ".join(f"{k[:12]}: data {dataset[k] if dataset is not None else '?'}, drawn {drawn[k]}, "
+                           f"settled {settled[k]}" for k in odd[:5])
+        raise LedgerError(
+            f"epoch {epoch}: the prompt coverage does not balance: {missing} prompt(s) of the epoch have no single "
+            f"outcome ({terms}; by prompt key: {detail}). The run stops")
+    return metrics

@@ -536,6 +536,7 @@ class LocalTrainer:
             "timing/generation": t_gen,
             "timing/train": t_train,
         }
+        metrics.update(getattr(samples, "ledger", {}))  # the generator's step ledger (checked where it was counted)
         metrics.update(train_stats)
         metrics.update(gen)
         adora_keys = [k for k in experiences[0].info if k.startswith("adora_")]

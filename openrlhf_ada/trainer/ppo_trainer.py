@@ -90,6 +90,9 @@ class AdoraPoolTrainerMixin:
         self._ledger_step, self._ledger_samples_trained = step, count_samples(rollout_samples)
         status, global_step = super().train_step(rollout_samples, global_step)
         status.update(signal_metrics)
+        # the generator's step ledger, checked where it was counted: beside the samples (not in their `info`, which
+        # would change the trained batch), here in the sync trainer's process and in the async training actor's
+        status.update({k: v for k, v in getattr(rollout_samples, "ledger", {}).items() if k not in status})
         return status, global_step
 
     def ppo_train(self, global_steps: int) -> dict:

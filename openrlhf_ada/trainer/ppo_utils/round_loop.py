@@ -155,6 +155,7 @@ class RoundStep:
         self.pools: Optional[List[PromptPool]] = None  # every prompt's pool, in the order drawn
         self.logged: Optional[dict] = None  # the step's metrics
         self.max_rounds = self.config.max_rounds  # the rounds a prompt may take (the metrics count each)
+        self.origin: dict = {}  # uid -> (epoch, prompt key): where the step ledger counts the prompt's outcome
 
     # -- the step, top to bottom --------------------------------------------------------------------------------
     def run(self):
@@ -211,15 +212,20 @@ class RoundStep:
                 key = first = None
                 if self.history is not None:
                     key = prompt_key(p)
+                origin = (self.epoch, key or prompt_key(p))
+                gen.ledger_drawn(*origin)
                 if gen.skip_rule is not None and gen.skip_rule.skips(self.history, key, self.epoch):
                     self.skipped += 1
+                    gen.ledger_outcome("skipped", *origin)
                     continue
                 if cfg.history:
                     plan = self.history.plan(key, self.epoch, n=cfg.n, cap=cfg.max_samples, seed=cfg.seed)
                     if plan.skip:
                         self.skipped += 1
+                        gen.ledger_outcome("skipped", *origin)
                         continue
                     first = plan.first_round
+                self.origin[self.next_uid] = origin
                 out.append(Drawn(self.next_uid, p, lab, img, key, first))
                 self.next_uid += 1
         return self.open_pools(out)
@@ -273,6 +279,7 @@ class RoundStep:
     def records_of(self, responses) -> List[SampleRecord]:
         """The records of a whole round (or of one streamed sample), counted and judged for failed rewards."""
         records = [record_of(r, self.generate_kwargs) for r in responses]
+        self.gen.ledger_samples("generated", len(records))
         self.failures.record(records)
         self.failures.check(self.gen.fault.max_failed_share, self.gen.args.reward.remote_url, self.gen.tokenizer,
                             min_samples=self.min_judged)
@@ -318,6 +325,11 @@ class RoundStep:
         if self.history is not None:
             self.history.record(item.key, self.epoch, item.pool.num_pos, item.pool.num_neg)
         kept = [item.pool.items[i] for i in item.pool.select()]  # their records
+        # the step ledger: every generated sample the pool does not keep is released now (those without a reward
+        # and late ones it discarded, which never entered it, included); the kept ones too if the group is filtered
+        pool = item.pool
+        self.gen.ledger_samples("released", len(pool.items) - len(kept) + pool.discarded + pool.failed)
+        self.gen.ledger_samples("cancelled", pool.cancelled)
         if not kept:
             self.lost(item)
         # only the kept samples live on (in `accepted`, then the trained batch); the pool keeps its statistics
@@ -332,7 +344,9 @@ class RoundStep:
                         f"are replaced per step; {self.failures.failed} of {self.failures.total} samples failed)",
                         self.gen.tokenizer)
                 self.held_back.append(item.uid)
+                self.gen.ledger_outcome("failed", *self.origin[item.uid])
                 return 0
+            self.gen.ledger_outcome("dropped", *self.origin[item.uid])
             return 1  # dropped
         if self.dynamic_filtering:
             lo, hi = self.gen.args.algo.dynamic_filtering_range
@@ -340,6 +354,8 @@ class RoundStep:
             mean_score /= len(kept)
             if not (lo < mean_score < hi):
                 self.filtered += 1
+                self.gen.ledger_samples("released", len(kept))
+                self.gen.ledger_outcome("filtered", *self.origin[item.uid])
                 self.lost(item)
                 return 1
         self.accepted[item.uid] = [self.experience(r.response) for r in kept]  # the only samples built
@@ -398,7 +414,9 @@ class RoundStep:
             if not kept:
                 continue
             pool = item.pool
-            pool_info = {"ada_group": self.gen.new_group_id(),
+            group = self.gen.new_group_id()
+            self.gen.ledger_group(group, *self.origin[item.uid])
+            pool_info = {"ada_group": group,
                          "ada_pool_count": torch.tensor([float(pool.count)]), "ada_pool_mean": torch.tensor([pool.mean]),
                          "ada_pool_std": torch.tensor([pool.std]), "ada_samples": torch.tensor([float(pool.samples)])}
             if weighted:  # the pass rate --ada.prompt_weight reads

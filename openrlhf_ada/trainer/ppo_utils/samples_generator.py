@@ -35,7 +35,8 @@ metrics.
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from collections import Counter
+from typing import Dict, List, Optional, Tuple
 
 import ray
 import torch
@@ -44,9 +45,10 @@ from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
 from openrlhf.utils.logging_utils import init_logger
 
 from openrlhf_ada.algorithms.estimate import SeenWatch
-from openrlhf_ada.algorithms.history import HistoryConfig, PromptHistory
+from openrlhf_ada.algorithms.history import HistoryConfig, PromptHistory, prompt_key
 from openrlhf_ada.algorithms.reinforce_ada import PromptPool
 from openrlhf_ada.args import ada_config, fault_config, skip_rule
+from openrlhf_ada.trainer import ledger
 from openrlhf_ada.trainer.ppo_utils.batching import trained_group_sizes, usable_samples
 from openrlhf_ada.trainer.ppo_utils.sample_failures import reward_failed
 from openrlhf_ada.trainer.ppo_utils.stall_watch import StallWatch
@@ -56,6 +58,37 @@ from openrlhf_ada.trainer.ray.engine_health import check_streaming_engines, lost
 from openrlhf_ada.trainer.ray.tokenizer_shipping import ShippingEngine, TokenizerHandle, is_remote_engine
 
 logger = init_logger(__name__)
+
+
+class StepSamples(list):
+    """A training step's samples, as `generate_samples` returns them, with the generator's step ledger (`ledger`:
+    its metrics, docs/metrics.md) beside them and not in any sample's `info`: the trainers log it with the step's
+    status, and it travels with the samples to upstream's async training actor."""
+
+    ledger: Dict[str, float] = {}
+
+
+def group_ids(samples: List[Experience]) -> List[int]:
+    """The group ids of a run of whole groups, in order (one per group)."""
+    ids: List[int] = []
+    for e in samples:
+        gid = int(e.info["ada_group"].reshape(-1)[0])
+        if not ids or ids[-1] != gid:
+            ids.append(gid)
+    return ids
+
+
+def dataset_prompt_counts(loader) -> Optional[Counter]:
+    """The training data's prompts by prompt key, with their multiplicities, where the loader says them without
+    being iterated (upstream's PromptDataset keeps `prompts`; a plain list of batches, the tests'); None otherwise."""
+    for attr in ("_loader", "loader"):  # loader_state.LoaderWithSamplerState wraps upstream's DataLoader
+        loader = getattr(loader, attr, loader)
+    prompts = getattr(getattr(loader, "dataset", None), "prompts", None)
+    if prompts is None and isinstance(loader, (list, tuple)):
+        prompts = [p for batch in loader for p in batch[1]]
+    if prompts is None or not all(isinstance(p, str) for p in prompts):
+        return None
+    return Counter(prompt_key(p) for p in prompts)
 
 
 def uniform_info_keys(samples: List[Experience]) -> List[str]:
@@ -125,6 +158,20 @@ class RoundsSamplesGenerator(SamplesGenerator):
         # the pools of the last training step (benchmarks, tests, metrics): statistics only, their samples released
         # when each prompt was settled (the step's trained samples are what generate_samples returned)
         self.last_pools: List[PromptPool] = []
+        # the step ledger (trainer/ledger.py): this call's terms, the terms of calls that returned no samples (logged
+        # with the next step that does), the last step's metrics; per epoch the prompts drawn and their outcomes by
+        # prompt key, and where each built group's prompt came from (its epoch and key) until it is trained or cut
+        self._tally: Dict[str, Counter] = {"prompts": Counter(), "samples": Counter()}
+        self._ledger_pending: Counter = Counter()
+        self._ledger_epoch: Dict[str, float] = {}  # the last epoch checked since the last step, logged with the next
+        self.last_ledger: Dict[str, float] = {}
+        self._cover_drawn: Dict[int, Counter] = {}
+        self._cover_out: Dict[int, Dict[str, Counter]] = {}
+        self._epochs_done: set = set()  # epochs whose loader ran out
+        self._epochs_resumed: set = set()  # epochs a checkpoint resumed mid-way: their first part is not seen
+        self._group_origin: Dict[int, Tuple[int, str]] = {}
+        self._dataset_counts: Optional[Counter] = None
+        self._dataset_known = False
         self._tokenizer_handle: Optional[TokenizerHandle] = None  # the tokenizer in Ray's object store, put once
         if self.transport_class is StreamTransport:
             check_streaming_engines(self.vllm_engines)
@@ -165,6 +212,8 @@ class RoundsSamplesGenerator(SamplesGenerator):
         # the loader's own state says where the data continues: inside the saved epoch, or (its iterator was spent)
         # at the start of the next one, which its first prompt then opens
         self._resume_in_epoch = bool(state.get("in_epoch", False))
+        if self._resume_in_epoch:
+            self._epochs_resumed.add(self._epoch)
         self._epoch_pending = False
         if self.history is not None:
             saved, config = state.get("history"), self.history.config
@@ -186,10 +235,21 @@ class RoundsSamplesGenerator(SamplesGenerator):
             # continues the epoch a checkpoint was taken in
             self._epoch_pending = not self._resume_in_epoch
             self._resume_in_epoch = False
+        buffered = list(getattr(self, "_sample_buffer", None) or [])
+        self._tally = {"prompts": Counter(), "samples": Counter()}
+        self._count_groups("carried_in", buffered)  # upstream's buffer of over-sampled groups, from an earlier call
         samples, pass_rate, consumed, exhausted = super().generate_samples(**generate_kwargs)
+        self._count_groups("carried_out", getattr(self, "_sample_buffer", None) or [])
         full = self.args.rollout.batch_size * self.args.rollout.n_samples_per_prompt
         if samples and len(samples) < full:
-            samples = self._cut_short_step(samples)
+            kept = self._cut_short_step(samples)
+            # the groups after the cut: carried (fixed n, Seq) or cut, a loss the ledger names (Est)
+            self._count_groups("carried_out" if self.carries_short_step else "cut", samples[len(kept):])
+            samples = kept
+        self._count_groups("trained", samples)
+        if exhausted and self._epoch >= 0:
+            self._epochs_done.add(self._epoch)
+        samples = self._close_ledger(samples)
         self.last_group_sizes = trained_group_sizes(samples)
         filled = uniform_info_keys(samples)
         if filled:
@@ -271,6 +331,7 @@ class RoundsSamplesGenerator(SamplesGenerator):
             samples, consumed, exhausted = super()._generate_vllm(dataloader_iter, num_prompts, dynamic_filtering,
                                                                   **generate_kwargs)
             n = self.args.rollout.n_samples_per_prompt
+            self.ledger_samples("generated_upstream", len(samples))
             ids = [self.new_group_id() for _ in range(0, len(samples), n)]
             for i, e in enumerate(samples):
                 e.info["ada_group"] = ids[i // n]
@@ -285,6 +346,81 @@ class RoundsSamplesGenerator(SamplesGenerator):
             if step.logged is not None:
                 self.last_metrics = step.logged
 
+    # -- the step ledger (trainer/ledger.py): counted where each event happens --------------------------------------
+    def ledger_drawn(self, epoch: int, key: str) -> None:
+        """A prompt taken from the data (the round loop's draw), in `epoch`."""
+        self._tally["prompts"]["drawn"] += 1
+        self._cover_drawn.setdefault(epoch, Counter())[key] += 1
+
+    def ledger_outcome(self, outcome: str, epoch: int, key: str) -> None:
+        """A drawn prompt's final outcome without a trained group (skipped, filtered, failed, dropped; cut: the
+        generator's)."""
+        self._tally["prompts"][outcome] += 1
+        self._cover_out.setdefault(epoch, {}).setdefault(outcome, Counter())[key] += 1
+
+    def ledger_samples(self, term: str, count: int) -> None:
+        """Samples generated, released (generated, not kept) or cancelled (requests that never came back)."""
+        self._tally["samples"][term] += count
+
+    def ledger_group(self, group: torch.Tensor, epoch: int, key: str) -> None:
+        """A built group: its prompt's epoch and key, for the outcome the group meets later (trained, cut)."""
+        self._group_origin[int(group.reshape(-1)[0])] = (epoch, key)
+
+    def _count_groups(self, term: str, samples: List[Experience]) -> None:
+        """Whole groups at one of the generator's own events (trained, carried in or out, cut): prompt and sample
+        terms, and for trained and cut groups their prompts' outcomes in their epochs."""
+        if not samples:
+            return
+        ids = group_ids(samples)
+        self._tally["prompts"][term] += len(ids)
+        self._tally["samples"][term] += len(samples)
+        if term in ledger.OUTCOMES:
+            for gid in ids:
+                origin = self._group_origin.pop(gid, None)
+                if origin is not None:
+                    self._cover_out.setdefault(origin[0], {}).setdefault(term, Counter())[origin[1]] += 1
+
+    def _close_ledger(self, samples: List[Experience]) -> List[Experience]:
+        """The call's identities checked (LedgerError names every term), its terms added to those not yet logged,
+        every finished epoch's coverage checked; a call that returns samples hands them over with its ledger
+        (`StepSamples.ledger`, also `last_ledger`). Upstream's own generation path (n = 1, a reward model) knows only
+        its sample terms: the samples its generation returned count as generated (the groups its dynamic filtering
+        removed it does not report)."""
+        tally = self._tally
+        if self.pool_config is None:
+            tally["samples"]["generated"] += tally["samples"].pop("generated_upstream", 0)
+        step = self._step
+        cancelled = tally["samples"].pop("cancelled", 0)
+        metrics = ledger.check_generated_samples(step, tally["samples"])
+        if self.pool_config is not None:
+            metrics.update(ledger.check_prompts(step, tally["prompts"]))
+            metrics[ledger.SAMPLES_CANCELLED] = float(cancelled)
+        self._ledger_pending.update(metrics)
+        if self.pool_config is not None:
+            self._ledger_epoch.update(self._check_epochs())
+        if not samples:
+            return samples
+        out = StepSamples(samples)
+        out.ledger = {**{k: float(v) for k, v in self._ledger_pending.items()}, **self._ledger_epoch}
+        self.last_ledger = out.ledger
+        self._ledger_pending, self._ledger_epoch = Counter(), {}
+        return out
+
+    def _check_epochs(self) -> Dict[str, float]:
+        """Coverage of every epoch whose loader ran out and whose prompts are all settled (none in a group carried
+        or buffered for a later step): `ledger.check_epoch`; the last one's metrics."""
+        waiting = {self._group_origin.get(gid, (None,))[0]
+                   for gid in group_ids(self._carry) + group_ids(getattr(self, "_sample_buffer", None) or [])}
+        if not self._dataset_known:
+            self._dataset_counts, self._dataset_known = dataset_prompt_counts(self.prompts_dataloader), True
+        metrics: Dict[str, float] = {}
+        for epoch in sorted(self._epochs_done - waiting):
+            if epoch not in self._cover_drawn:
+                continue
+            metrics = ledger.check_epoch(epoch, self._cover_drawn.pop(epoch), self._cover_out.pop(epoch, {}),
+                                         self._dataset_counts, whole=epoch not in self._epochs_resumed)
+        return metrics
+
     # -- the state a step changes: through these, by the step (round_loop.RoundStep) -------------------------------
     @property
     def epoch(self) -> int:
@@ -296,6 +432,7 @@ class RoundsSamplesGenerator(SamplesGenerator):
         groups held back from the last short step, handed over to it."""
         self._step += 1
         carried, self._carry = self._carry, []
+        self._count_groups("carried_in", carried)
         return self._step, carried
 
     def new_group_id(self) -> torch.Tensor:
