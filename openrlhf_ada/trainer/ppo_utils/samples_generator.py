@@ -28,7 +28,11 @@ What reaches upstream's trainer is made safe for it (`generate_samples`):
   data-parallel rank splits alike (batching.short_step_unit), so DeepSpeed's gradient accumulation stays aligned
   with the rollout steps; the groups left over go into the next episode's first step (Est, and upstream's generation
   path, drop them, logged);
-- upstream's dynamic-filtering pass rate counts groups, not samples.
+- upstream's dynamic-filtering pass rate counts groups, not samples;
+- the step ledger's generator side (trainer/ledger.py): what became of every prompt drawn and every sample generated,
+  counted where it happens (the step's draw, settle and build through `ledger_*`, the carry, the cut and upstream's
+  buffer here), checked at the end of every call, each epoch's coverage once its last prompt is settled, and handed
+  over beside the samples (`StepSamples.ledger`), never in their `info`.
 Evaluation leaves out the prompts whose samples got no reward (counted and logged) instead of crashing upstream's
 metrics.
 """
