@@ -419,6 +419,16 @@ def test_features_off_async_partial_rollout_with_http_rewards_critic_penalty_is_
     scalars = _p.tensorboard_scalars(tmp_path / "tb")  # and through upstream's logging, as train/<key>
     for key in ("ledger/samples_trained", "ledger/samples_trained_by_ranks"):
         assert scalars.get(f"train/{key}") == {1: 16.0, 2: 16.0, 3: 16.0}, (key, scalars.get(f"train/{key}"))
+    # the generator's side, carried beside the samples through upstream's async queue: 13 prompts drawn, 12 trained,
+    # 1 filtered (its 4 samples released), 52 samples generated; every step balances
+    total = lambda key: sum(rows[s][key] for s in rows)  # noqa: E731
+    assert [total(f"ledger/prompts_{t}") for t in ("drawn", "trained", "filtered")] == [13, 12, 1], rows
+    assert [total(f"ledger/samples_{t}") for t in ("generated", "trained", "released")] == [52, 48, 4], rows
+    for row in rows.values():
+        assert row["ledger/prompts_drawn"] + row["ledger/prompts_carried_in"] == sum(
+            row[f"ledger/prompts_{t}"] for t in ("trained", "skipped", "filtered", "failed", "dropped", "cut",
+                                                 "carried_out")), row
+    assert sum(scalars.get("train/ledger/prompts_trained", {}).values()) == 12, scalars.get("train/ledger/prompts_trained")
     check_async_run(run, rows, tmp_path)
     evals = reward_server.calls("eval")
     assert evals and evals % (EVAL_PROMPTS * EVAL_N) == 0
