@@ -139,13 +139,15 @@ def epoch_unaccounted(drawn: Counter, settled: Counter, dataset: Optional[Counte
     not settled or settled twice (|drawn - settled| per key), drawn more often than the data holds them (a
     restarted loader), and, for a whole epoch (`whole`: the loader ran out and the epoch was not resumed from a
     checkpoint mid-way), held by the data but never drawn. `dataset`: the data's prompt counts, None when unknown."""
-    keys = set(drawn) | set(settled)
-    missing = sum(abs(drawn[k] - settled[k]) for k in keys)
+    return sum(_key_gap(k, drawn, settled, dataset, whole) for k in set(drawn) | set(settled) | set(dataset or ()))
+
+
+def _key_gap(key, drawn: Counter, settled: Counter, dataset: Optional[Counter], whole: bool) -> int:
+    """One prompt key's share of `epoch_unaccounted`."""
+    gap = abs(drawn[key] - settled[key])
     if dataset is not None:
-        missing += sum(max(0, drawn[k] - dataset[k]) for k in drawn)
-        if whole:
-            missing += sum(max(0, dataset[k] - drawn[k]) for k in dataset)
-    return missing
+        gap += max(0, drawn[key] - dataset[key]) + (max(0, dataset[key] - drawn[key]) if whole else 0)
+    return gap
 
 
 def check_epoch(epoch: int, drawn: Counter, outcomes: Mapping[str, Counter], dataset: Optional[Counter] = None,
@@ -166,8 +168,7 @@ def check_epoch(epoch: int, drawn: Counter, outcomes: Mapping[str, Counter], dat
     if missing:
         terms = ", ".join(f"{k} = {int(v)}" for k, v in metrics.items())
         odd = sorted(k for k in set(drawn) | set(settled) | set(dataset or ())
-                     if drawn[k] != settled[k] or (dataset is not None and (drawn[k] > dataset[k] or
-                                                                           (whole and drawn[k] < dataset[k]))))
+                     if _key_gap(k, drawn, settled, dataset, whole))
         detail = "; ".join(f"{k[:12]}: data {dataset[k] if dataset is not None else '?'}, drawn {drawn[k]}, "
                            f"settled {settled[k]}" for k in odd[:5])
         raise LedgerError(
