@@ -4,7 +4,8 @@
 single-machine trainer's). After upstream's `hierarchize`, the namespace carries `args.adora.*` and `args.ada.*`;
 `validate(args)` checks them together with the upstream flags they depend on and raises ValueError with what is
 wrong and how to fix it, before Ray or any model starts. The configs travel to every actor inside `strategy.args`
-and are rebuilt there with `adora_config(args)` / `ada_config(args)`. The configs of the flags that belong to no
+and are rebuilt there with `adora_config(args)` / `sampling_config(args)` (the strategy's: `FixedN`, Seq's `AdaConfig` or
+`Est`, chosen here once). The configs of the flags that belong to no
 algorithm live here (`FaultConfig` of --fault.*, `EvalConfig` of --eval.avg_*), so that this module imports no trainer
 module (the layers: algorithms/ <- args and trainer/ <- cli/).
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 import argparse
 import logging
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Union
 
 from openrlhf_ada.algorithms._checks import check_finite
 from openrlhf_ada.algorithms.adora import ADORA_RULES, AdoraConfig, load_weight_func
@@ -29,6 +30,8 @@ from openrlhf_ada.algorithms.reinforce_ada import (
     SELECTION_POLICIES,
     UNRESOLVED_POLICIES,
     AdaConfig,
+    Est,
+    FixedN,
 )
 from openrlhf_ada.algorithms.skip_rules import SKIP_RULES, SkipRule
 from openrlhf_ada.compatibility import check as check_compatibility
@@ -43,7 +46,7 @@ def _bool_flag(group, name, help):
 
 
 def add_project_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Every default comes from the frozen config the flags build (AdoraConfig, AdaConfig, FaultConfig), and the
+    """Every default comes from the frozen config the flags build (AdoraConfig, AdaConfig, Est, FaultConfig), and the
     choices and help of --adora.variant / --ada.mode from their rule registries."""
     adora, ada, fault, ev, gc = AdoraConfig, AdaConfig, FaultConfig, EvalConfig, GresoConfig()  # the defaults
     g = parser.add_argument_group("ADORA (openrlhf-ada): per-prompt advantage weights")
@@ -130,14 +133,14 @@ def add_project_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                    help="With --ada.skip greso: the share of zero-variance groups (all correct or all wrong) among a "
                         f"step's rolled-out prompts that p_easy and p_hard steer toward, {gc.easy_share:.2g} of it "
                         f"all-correct and the rest all-wrong (the authors' {gc.target}); lower: skip more")
-    g.add_argument("--ada.strategy", type=str, default=ada.strategy, choices=STRATEGIES,
+    g.add_argument("--ada.strategy", type=str, default=STRATEGIES[0], choices=STRATEGIES,
                    help="seq: rounds until each prompt shows signal, n trained per prompt (the authors' code); est: "
                         "Reinforce-Ada-Est, one pass per step with each prompt's sample count allocated from its "
                         "estimated pass rate, exactly --rollout.n_samples_per_prompt per prompt on average (the "
                         "budget: the paper's 8 matches GRPO with n = 8), every sample trained in groups of varying "
                         "size; the estimate is kept per prompt (sha256 of its text) in the checkpoints, like "
                         "--ada.history's. Its settings come from --ada.est_preset")
-    g.add_argument("--ada.est_preset", type=str, default=ada.est_preset, choices=tuple(EST_PRESETS),
+    g.add_argument("--ada.est_preset", type=str, default=Est.preset, choices=tuple(EST_PRESETS),
                    help="With --ada.strategy est: the values of every --ada.est_* flag left unset, the meaning of "
                         "--ada.prompt_weight auto, and the advantage: "
                         + "; ".join(f"{name}: {p.about}" for name, p in EST_PRESETS.items()))
@@ -236,6 +239,7 @@ def adora_config(args) -> AdoraConfig:
 
 
 def ada_config(args) -> AdaConfig:
+    """Seq's settings (--ada.enable, --ada.strategy seq)."""
     a = args.ada
     return AdaConfig(
         n=args.rollout.n_samples_per_prompt, mode=a.mode, round_size=a.round_size,
@@ -244,8 +248,32 @@ def ada_config(args) -> AdaConfig:
         seed=flag_value(args, "train.seed", AdaConfig.seed),
         # namespaces built without the newer flags (tests, older callers) get the config's defaults
         **{k: flag_value(args, "ada." + k, getattr(AdaConfig, k))
-           for k in ("cancel", "cancel_order", *HISTORY_FLAGS, *EST_FLAGS)},
+           for k in ("cancel", "cancel_order", *HISTORY_FLAGS, *PROMPT_WEIGHT_FLAGS)},
     )
+
+
+def est_config(args) -> Est:
+    """Est's settings (--ada.enable --ada.strategy est)."""
+    return Est(
+        n=args.rollout.n_samples_per_prompt, positive_threshold=args.ada.positive_threshold,
+        seed=flag_value(args, "train.seed", Est.seed),
+        **{field: flag_value(args, "ada." + flag, getattr(Est, field)) for flag, field in EST_FIELDS.items()},
+        **{k: flag_value(args, "ada." + k, getattr(Est, k))
+           for k in ("history", "history_skip", "history_window", *PROMPT_WEIGHT_FLAGS)},
+    )
+
+
+def sampling_config(args) -> Union[FixedN, AdaConfig, Est, None]:
+    """The training steps' sampling strategy's config, chosen once from the flags: Seq's `AdaConfig` (--ada.enable),
+    `Est` (--ada.strategy est), `FixedN` (one round of n, every sample kept: Reinforce-Ada off), or None: upstream's
+    own generation (n = 1, or a reward model scores the samples after generation: the engines return no reward to
+    judge while sampling, and --ada.enable is refused then)."""
+    if flag_value(args, "ada.enable", False):
+        return est_config(args) if flag_value(args, "ada.strategy", STRATEGIES[0]) == "est" else ada_config(args)
+    n = args.rollout.n_samples_per_prompt
+    if n >= 2 and not scored_by_reward_model(args):
+        return FixedN(n, seed=flag_value(args, "train.seed", FixedN.seed))
+    return None
 
 
 def greso_config(args) -> Optional[GresoConfig]:
@@ -261,10 +289,26 @@ def skip_rule(args, *, seed: int) -> SkipRule:
 
 
 HISTORY_FLAGS = ("history", "history_target", "history_skip", "history_window")
-#: The flags that act only with --ada.strategy est.
-EST_ONLY_FLAGS = ("est_preset", "est_allocation", "est_min", "est_max", "est_decay", "est_alpha", "est_beta",
-                  "est_eps")
-EST_FLAGS = ("strategy", *EST_ONLY_FLAGS, "prompt_weight", "prompt_weight_eps", "prompt_weight_cap")
+PROMPT_WEIGHT_FLAGS = ("prompt_weight", "prompt_weight_eps", "prompt_weight_cap")
+#: The flags that act only with --ada.strategy est, and the `Est` field each sets.
+EST_FIELDS = {"est_preset": "preset", "est_allocation": "allocation", "est_min": "n_min", "est_max": "n_max",
+              "est_decay": "decay", "est_alpha": "alpha", "est_beta": "beta", "est_eps": "eps"}
+EST_ONLY_FLAGS = tuple(EST_FIELDS)
+#: The flags of Seq's rounds, which Est (one pass) has no use for; --ada.cancel and --ada.history_target are refused
+#: with Est by their own messages (validate_est).
+SEQ_ONLY_FLAGS = ("mode", "round_size", "first_round_size", "max_rounds", "unresolved", "selection", "baseline",
+                  "schedule")
+#: The flags that change Reinforce-Ada's advantage or strategy (refused without --ada.enable).
+EST_FLAGS = ("strategy", *EST_ONLY_FLAGS, *PROMPT_WEIGHT_FLAGS)
+#: Each --ada.* flag's default, from the config that holds it.
+ADA_DEFAULTS = {"strategy": STRATEGIES[0], **{k: getattr(AdaConfig, k) for k in (
+    *SEQ_ONLY_FLAGS, "cancel", "cancel_order", *HISTORY_FLAGS, *PROMPT_WEIGHT_FLAGS)},
+    **{flag: getattr(Est, field) for flag, field in EST_FIELDS.items()}}
+
+
+def changed_ada_flags(args, names) -> list:
+    """The --ada.* flags among `names` set to something other than their default."""
+    return [k for k in names if flag_value(args, "ada." + k, ADA_DEFAULTS[k]) != ADA_DEFAULTS[k]]
 
 ENGINE_TIMEOUT_FLOOR = 900.0  # seconds: the derived --fault.engine_timeout never goes below this
 SLOW_DECODE_TOKENS_PER_S = 10.0  # the slow decode rate one whole request must be allowed to run at
@@ -421,12 +465,11 @@ def validate_cancel_and_history(args) -> None:
         if on and not enable:
             raise ValueError(f"{flag} changes Reinforce-Ada's sampling, so it needs --ada.enable (without it "
                              "training generation is one round of n per prompt and the flag would do nothing)")
-    if not cancel and flag_value(args, "ada.cancel_order", AdaConfig.cancel_order) != AdaConfig.cancel_order:
+    if not cancel and changed_ada_flags(args, ["cancel_order"]):
         raise ValueError(f"--ada.cancel_order {flag_value(args, 'ada.cancel_order')} only acts with --ada.cancel: add "
                          "--ada.cancel or drop the option")
     if not history:
-        changed = [f"--ada.{k} {flag_value(args, 'ada.' + k)}" for k in HISTORY_FLAGS[1:]
-                   if flag_value(args, "ada." + k, getattr(AdaConfig, k)) != getattr(AdaConfig, k)]
+        changed = [f"--ada.{k} {flag_value(args, 'ada.' + k)}" for k in changed_ada_flags(args, HISTORY_FLAGS[1:])]
         if changed:
             raise ValueError(f"{', '.join(changed)} only act(s) with --ada.history: add --ada.history or drop them")
     if cancel and flag_value(args, "local.engine") == "hf":
@@ -461,7 +504,7 @@ def validate_skip(args) -> None:
                          "(--reward.remote_url path/to/reward.py or an HTTP reward server), or drop --ada.skip greso")
     if flag_value(args, "ada.history", False):
         changed = [f"--ada.{k} {flag_value(args, 'ada.' + k)}" for k in ("history_skip", "history_window")
-                   if flag_value(args, "ada." + k, getattr(AdaConfig, k)) != getattr(AdaConfig, k)]
+                   if k in changed_ada_flags(args, [k])]
         if changed:
             raise ValueError(f"{', '.join(changed)} with --ada.skip greso: GRESO's skip replaces --ada.history's "
                              "(whose probability and window these set), so they would do nothing; drop them "
@@ -498,14 +541,13 @@ def validate(args) -> None:
     validate_cancel_and_history(args)
     validate_skip(args)
     if not args.ada.enable:
-        changed = [f"--ada.{k}" for k in EST_FLAGS if flag_value(args, "ada." + k, getattr(AdaConfig, k)) !=
-                   getattr(AdaConfig, k)]
+        changed = [f"--ada.{k}" for k in changed_ada_flags(args, EST_FLAGS)]
         if changed:
             raise ValueError(f"{', '.join(changed)} change(s) Reinforce-Ada, so it needs --ada.enable")
         validate_group_estimator(args)
         return
     try:
-        ada = ada_config(args)
+        ada = sampling_config(args)
     except ValueError as e:
         raise ValueError(f"--{e}" if str(e).startswith("ada.") else str(e)) from None
     if not has_reward_fn:
@@ -513,39 +555,53 @@ def validate(args) -> None:
             "--ada.enable decides on rewards while sampling, so it needs a reward function: pass "
             "--reward.remote_url path/to/reward.py (or an HTTP URL) or --train.agent_func_path"
         )
-    if ada.baseline == "pool" and estimator not in GROUP_BASELINE_ESTIMATORS:
-        raise ValueError(
-            f"--ada.baseline pool replaces the group baseline of {', '.join(GROUP_BASELINE_ESTIMATORS)}; "
-            f"--algo.advantage.estimator={estimator} has none. Use one of those or --ada.baseline group"
-        )
     validate_group_estimator(args)
-    validate_est(args, ada, estimator, adora)
+    validate_prompt_weight(ada, estimator)
+    if isinstance(ada, Est):
+        validate_est(args, ada, estimator)
+    else:
+        validate_seq(args, ada, estimator)
 
 
-def validate_est(args, ada: AdaConfig, estimator, adora) -> None:
-    """--ada.strategy est and --ada.prompt_weight against the rest; raise ValueError naming the flags (and warn where
-    the prompt weight compounds a normalisation). docs/algorithms.md says why the refused pairs mean nothing."""
+def validate_prompt_weight(ada: Union[AdaConfig, Est], estimator) -> None:
+    """--ada.prompt_weight against the estimator (and a warning where the weight compounds a normalisation); raise
+    ValueError naming the flags. docs/algorithms.md says why the refused pairs mean nothing."""
     if ada.weight_kind != "none" and estimator not in GROUP_BASELINE_ESTIMATORS:
         raise ValueError(f"--ada.prompt_weight {ada.weight_kind} weights each group's advantages after the baseline "
                          f"of {', '.join(GROUP_BASELINE_ESTIMATORS)}; --algo.advantage.estimator={estimator} has "
                          "none")
-    if ada.weight_kind != "none" and ada.strategy == "seq" and ada.baseline != "pool":
-        raise ValueError(f"--ada.prompt_weight {ada.weight_kind} with --ada.strategy seq reads the pool's pass rate: "
-                         "it needs --ada.baseline pool")
     if ada.weight_kind != "none" and estimator == "group_norm":
         logger.warning(f"--ada.prompt_weight {ada.weight_kind} on --algo.advantage.estimator group_norm: each group is "
                        "already divided by its reward std (for 0/1 rewards about sqrt(p (1 - p))), so the weight "
                        "compounds a normalisation (1/sqrt(p) on top of it: about 1 / (p sqrt(1 - p))). The paper's "
                        "Est advantage is dr_grpo with inv_sqrt_pass_rate; --ada.prompt_weight none keeps group_norm's")
-    if ada.strategy != "est":
-        changed = [f"--ada.{k}" for k in EST_ONLY_FLAGS if flag_value(args, "ada." + k, getattr(AdaConfig, k)) !=
-                   getattr(AdaConfig, k)]
-        if changed:
-            raise ValueError(f"{', '.join(changed)} only act(s) with --ada.strategy est: add it or drop them")
-        return
-    est = ada.est_config  # an estimator without a group baseline is refused in compatibility.py
+
+
+def validate_seq(args, ada: AdaConfig, estimator) -> None:
+    """Seq's flags against the rest; raise ValueError naming the flags."""
+    if ada.baseline == "pool" and estimator not in GROUP_BASELINE_ESTIMATORS:
+        raise ValueError(
+            f"--ada.baseline pool replaces the group baseline of {', '.join(GROUP_BASELINE_ESTIMATORS)}; "
+            f"--algo.advantage.estimator={estimator} has none. Use one of those or --ada.baseline group"
+        )
+    if ada.weight_kind != "none" and ada.baseline != "pool":
+        raise ValueError(f"--ada.prompt_weight {ada.weight_kind} with --ada.strategy seq reads the pool's pass rate: "
+                         "it needs --ada.baseline pool")
+    changed = [f"--ada.{k}" for k in changed_ada_flags(args, EST_ONLY_FLAGS)]
+    if changed:
+        raise ValueError(f"{', '.join(changed)} only act(s) with --ada.strategy est: add it or drop them")
+
+
+def validate_est(args, ada: Est, estimator) -> None:
+    """--ada.strategy est against the rest; raise ValueError naming the flags."""
+    seq_only = [f"--ada.{k} {flag_value(args, 'ada.' + k)}" for k in changed_ada_flags(args, SEQ_ONLY_FLAGS)]
+    if seq_only:
+        raise ValueError(f"{', '.join(seq_only)} set(s) Seq's rounds (--ada.strategy seq); --ada.strategy est samples "
+                         "each prompt once with its allocated count and trains every sample against its preset's "
+                         "baseline (--ada.est_preset), so the flag would do nothing: drop it or use --ada.strategy seq")
+    est = ada.resolved  # an estimator without a group baseline is refused in compatibility.py
     if est.baseline == "authors" and estimator not in ("dr_grpo", "group_norm"):
-        raise ValueError(f"--ada.est_preset {ada.est_preset} trains the authors' advantage, their GRPO: "
+        raise ValueError(f"--ada.est_preset {ada.preset} trains the authors' advantage, their GRPO: "
                          "--algo.advantage.estimator dr_grpo (r - mean, their script's norm_adv_by_std_in_grpo=False) "
                          f"or group_norm ((r - mean) / (std + 1e-6)); got {estimator}")
     if est.allocation == "authors":
@@ -561,10 +617,10 @@ def validate_est(args, ada: AdaConfig, estimator, adora) -> None:
                          "allocation")
     gen_batch = flag_value(args, "rollout.vllm_generate_batch_size")
     for flag, bad, why in (
-            ("--ada.cancel", ada.cancel, "Est trains every sample it allocated: there is no exit rule to stop a "
-                                         "prompt early on"),
-            ("--ada.history_target", ada.history_target > 0, "it sizes Seq's first round; Est has no rounds, its "
-                                                              "allocation is already the per-prompt sizing"),
+            ("--ada.cancel", flag_value(args, "ada.cancel", False),
+             "Est trains every sample it allocated: there is no exit rule to stop a prompt early on"),
+            ("--ada.history_target", flag_value(args, "ada.history_target", 0.0) > 0,
+             "it sizes Seq's first round; Est has no rounds, its allocation is already the per-prompt sizing"),
             ("--rollout.vllm_generate_batch_size", gen_batch not in (None, flag_value(args, "rollout.batch_size")),
              "upstream splits a larger generation batch into steps of batch x n samples, which cuts groups of "
              "varying size apart")):

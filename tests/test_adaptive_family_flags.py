@@ -15,7 +15,7 @@ import pytest
 
 from openrlhf_ada.algorithms.greso import GresoConfig, GresoState
 from openrlhf_ada.algorithms.skip_rules import SKIP_RULES, GresoSkip, HistorySkip, SkipRule, register_skip_rule
-from openrlhf_ada.args import ada_config, add_project_args, greso_config
+from openrlhf_ada.args import add_project_args, greso_config, sampling_config
 from openrlhf_ada.cli.train_local import parse_local_args
 from openrlhf_ada.launcher import parse_args
 from openrlhf_ada.trainer.ppo_utils.samples_generator import RoundsSamplesGenerator
@@ -38,17 +38,17 @@ def parse(request, tmp_path):
 
 # -- knapsack ---------------------------------------------------------------------------------------------------------
 def test_knapsack_takes_the_presets_bounds_or_the_flags(parse):
-    est = ada_config(parse(BASE + EST + ["--ada.est_allocation", "knapsack"])).est_config
+    est = sampling_config(parse(BASE + EST + ["--ada.est_allocation", "knapsack"])).resolved
     assert (est.allocation, est.n_min, est.n_max, est.baseline) == ("knapsack", 2, 32, "group")  # the paper preset's
-    est = ada_config(parse(BASE + EST + ["--ada.est_allocation", "knapsack", "--ada.est_min", "3",
-                                         "--ada.est_max", "6"])).est_config
+    est = sampling_config(parse(BASE + EST + ["--ada.est_allocation", "knapsack", "--ada.est_min", "3",
+                                         "--ada.est_max", "6"])).resolved
     assert (est.n_min, est.n_max) == (3, 6)
     # 4 prompts at budget 4: 16 samples within [3, 6]; p = 1/2 is worth most (its increments 1/32 and 1/64 from
     # 3 samples), then 1/6, then 5/6; p = 1 is worth nothing at any count: it keeps 3
     counts = est.allocate([0.5, 1.0, 1 / 6, 5 / 6], 4)
     assert sum(counts) == 16 and min(counts) >= 3 and max(counts) <= 6 and counts[1] == 3
-    authors = ada_config(parse(BASE + EST + ["--ada.est_preset", "authors", "--ada.est_allocation",
-                                             "knapsack"])).est_config
+    authors = sampling_config(parse(BASE + EST + ["--ada.est_preset", "authors", "--ada.est_allocation",
+                                             "knapsack"])).resolved
     assert (authors.allocation, authors.n_min, authors.n_max, authors.baseline) == ("knapsack", 1, None, "authors")
 
 

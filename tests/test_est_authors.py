@@ -24,7 +24,7 @@ from openrlhf_ada.algorithms.estimate import (
     pass_rate_estimate,
 )
 from openrlhf_ada.algorithms.history import HistoryConfig, PromptHistory
-from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool
+from openrlhf_ada.algorithms.reinforce_ada import Est, PromptPool
 from openrlhf_ada.algorithms.simulation import simulate_est
 
 
@@ -116,16 +116,16 @@ def test_authors_advantage_by_hand():
 
 
 def test_authors_preset_resolves_every_setting_and_flags_override_it():
-    est = AdaConfig(n=8, strategy="est", est_preset="authors").est_config
+    est = Est(n=8, preset="authors").resolved
     assert (est.allocation, est.n_min, est.n_max, est.decay, est.alpha, est.beta, est.baseline) == (
         "authors", 1, None, 0.9, 1.0, 16.0, "authors")
-    assert AdaConfig(n=8, strategy="est", est_preset="authors").weight_kind == "none"
-    assert AdaConfig(n=8, strategy="est").weight_kind == "inv_sqrt_pass_rate"  # the paper preset, as before
-    assert AdaConfig(n=8, strategy="est", est_preset="authors", est_beta=4.0).est_config.beta == 4.0
-    assert AdaConfig(n=8, strategy="est", est_preset="authors").history_config.ema_decay == 0.9
+    assert Est(n=8, preset="authors").weight_kind == "none"
+    assert Est(n=8).weight_kind == "inv_sqrt_pass_rate"  # the paper preset, as before
+    assert Est(n=8, preset="authors", beta=4.0).resolved.beta == 4.0
+    assert Est(n=8, preset="authors").history_config.ema_decay == 0.9
     assert EST_PRESETS["paper"].n_min == EstConfig(budget=8).n_min == 2  # EstConfig's defaults are the paper's
     with pytest.raises(ValueError, match="est_min"):  # a group baseline needs two samples
-        AdaConfig(n=8, strategy="est", est_allocation="authors", est_min=1)
+        Est(n=8, allocation="authors", n_min=1)
 
 
 def test_a_one_sample_group_is_a_pool_and_a_simulated_step():
@@ -222,10 +222,10 @@ def parse(*extra, estimator="dr_grpo"):
 
 
 def test_authors_preset_flags():
-    from openrlhf_ada.args import ada_config
+    from openrlhf_ada.args import sampling_config
 
     ns = parse("--ada.est_preset", "authors")
-    assert ada_config(ns).est_config.allocation == "authors" and ada_config(ns).weight_kind == "none"
+    assert sampling_config(ns).resolved.allocation == "authors" and sampling_config(ns).weight_kind == "none"
     assert parse("--ada.est_preset", "authors", estimator="group_norm").ada.est_preset == "authors"
     for bad, estimator in ((["--ada.est_preset", "authors"], "rloo"),  # their advantage is GRPO's
                            (["--ada.est_preset", "authors", "--ada.est_max", "16"], "dr_grpo"),  # no cap

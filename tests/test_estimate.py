@@ -20,7 +20,7 @@ from openrlhf_ada.algorithms.estimate import (
     prompt_weights,
 )
 from openrlhf_ada.algorithms.history import HistoryConfig, PromptHistory
-from openrlhf_ada.algorithms.reinforce_ada import AdaConfig
+from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, Est
 
 
 def ragged_baseline(rewards, sizes, estimator):
@@ -69,16 +69,15 @@ def test_history_keeps_the_ema_and_resumes_it():
     assert plain.ema == {} and "ema" not in plain.to_dict()
 
 
-def test_ada_config_est_defaults_and_history():
-    c = AdaConfig(n=8, strategy="est")
-    est = c.est_config
+def test_est_config_defaults_and_history():
+    c = Est(n=8)
+    est = c.resolved
     assert est.budget == 8 and (est.n_min, est.n_max) == (2, 32)
     assert c.history_config.ema and c.weight_kind == "inv_sqrt_pass_rate"
+    assert c.advantage_baseline("rloo") == "group" and c.requests_per_prompt == 8 and c.max_samples == 32
     assert AdaConfig(n=8).weight_kind == "none" and not AdaConfig(n=8).history_config.ema
-    with pytest.raises(ValueError, match="strategy"):
-        AdaConfig(n=8, strategy="rounds")
     with pytest.raises(ValueError, match="n_samples_per_prompt"):
-        AdaConfig(n=40, strategy="est")  # budget above --ada.est_max 32
+        Est(n=40)  # budget above --ada.est_max 32
     with pytest.raises(ValueError):
         EstConfig(budget=8, decay=1.5)
 

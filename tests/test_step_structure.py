@@ -66,6 +66,36 @@ def test_the_generator_chooses_the_step_and_the_transport_once(flags, step, tran
     assert gen.step_class is step and gen.transport_class is transport
 
 
+def test_each_strategy_config_holds_only_its_own_settings():
+    """Seq's rounds, Est's allocation and fixed n's single round are three configs: none carries a field of another
+    strategy, and none says which strategy it is (its type does)."""
+    from dataclasses import fields
+
+    from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, Est, FixedN
+
+    seq, est, fixed = ({f.name for f in fields(c)} for c in (AdaConfig, Est, FixedN))
+    rounds = {"mode", "round_size", "first_round_size", "max_rounds", "unresolved", "selection", "baseline", "schedule",
+              "cancel", "cancel_order", "history_target"}
+    allocation = {"preset", "allocation", "n_min", "n_max", "decay", "alpha", "beta", "eps"}
+    assert rounds <= seq and not seq & allocation and not any(name.startswith("est_") for name in seq)
+    assert allocation <= est and not est & rounds
+    assert fixed == {"n", "seed", "positive_threshold"}
+    assert "strategy" not in seq | est | fixed
+
+
+@pytest.mark.parametrize("flag, value", [("mode", "pos"), ("round_size", "4"), ("first_round_size", "4"),
+                                         ("max_rounds", "2"), ("unresolved", "drop"), ("selection", "random"),
+                                         ("baseline", "group"), ("schedule", "sync")])
+def test_est_refuses_the_flags_of_seqs_rounds(flag, value, capsys):
+    """Est has no rounds, so a flag of Seq's rounds would do nothing with it: refused at start-up, naming both."""
+    with pytest.raises(SystemExit):
+        parse_args(["--actor.model_name_or_path", "m", "--reward.remote_url", "http://localhost:5000/get_reward",
+                    "--rollout.n_samples_per_prompt", "4", "--algo.advantage.estimator", "dr_grpo", "--ada.enable",
+                    "--ada.strategy", "est", f"--ada.{flag}", value])
+    err = capsys.readouterr().err
+    assert f"--ada.{flag} {value}" in err and "--ada.strategy est" in err
+
+
 @pytest.mark.parametrize("n, flags, expected", [
     (4, [], ("fixed_n", True, False)),
     (4, ["--ada.enable"], ("seq", True, False)),

@@ -8,6 +8,8 @@ from openrlhf_ada.algorithms.baselines import group_baseline, group_index
 from openrlhf_ada.algorithms.history import HistoryConfig, PromptHistory, prompt_key
 from openrlhf_ada.algorithms.reinforce_ada import (
     AdaConfig,
+    Est,
+    FixedN,
     PromptPool,
     exit_reached,
     register_exit_rule,
@@ -19,6 +21,8 @@ from openrlhf_ada.algorithms.simulation import simulate
 __all__ = [
     "AdaConfig",
     "AdoraConfig",
+    "Est",
+    "FixedN",
     "HistoryConfig",
     "PromptHistory",
     "PromptPool",

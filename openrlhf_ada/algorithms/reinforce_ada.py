@@ -39,7 +39,7 @@ from typing import Any, List, Optional, Sequence, Union
 
 from openrlhf_ada.algorithms._checks import check_choice, check_finite, check_int
 from openrlhf_ada.algorithms.baselines import GROUP_BASELINE_ESTIMATORS
-from openrlhf_ada.algorithms.estimate import EST_PRESETS, PROMPT_WEIGHTS, STRATEGIES, EstConfig
+from openrlhf_ada.algorithms.estimate import EST_PRESETS, PROMPT_WEIGHTS, EstConfig
 from openrlhf_ada.algorithms.history import HistoryConfig, round_schedule
 from openrlhf_ada.algorithms.registry import Registry
 
@@ -113,7 +113,8 @@ def select_group(
 
 @dataclass(frozen=True)
 class AdaConfig:
-    """Reinforce-Ada settings, built once from the parsed flags (--ada.*). n is --rollout.n_samples_per_prompt."""
+    """Reinforce-Ada-Seq's settings (--ada.*, --ada.strategy seq), built once from the parsed flags: rounds until the
+    exit rule holds, a group of n kept. n is --rollout.n_samples_per_prompt. Est's settings are `Est`'s, not these."""
 
     n: int
     mode: str = "balance"
@@ -132,18 +133,8 @@ class AdaConfig:
     history_target: float = HistoryConfig.target  # 0: no first-round sizing (measured to cost tokens; history.py)
     history_skip: float = HistoryConfig.skip
     history_window: int = HistoryConfig.window
-    # Reinforce-Ada-Est (estimate.py): one pass, samples per prompt allocated from an estimate of its pass rate
-    strategy: str = "seq"  # seq: the rounds above; est: Reinforce-Ada-Est
-    est_preset: str = "paper"  # estimate.EST_PRESETS: the value of every est_* below left None
-    est_allocation: Optional[str] = None
-    est_min: Optional[int] = None
-    est_max: Optional[int] = None
-    est_decay: Optional[float] = None
-    est_alpha: Optional[float] = None
-    est_beta: Optional[float] = None
-    est_eps: Optional[float] = None
-    # the explicit per-prompt weight of the log objective, on each group's advantages after the baseline
-    prompt_weight: str = "auto"  # auto: none for seq, the preset's for est (paper: inv_sqrt_pass_rate, authors: none)
+    # the explicit per-prompt weight of the log objective, on each group's advantages after the pool baseline
+    prompt_weight: str = "auto"  # auto: none (the paper's Seq weight is inv_pass_rate, asked for by name)
     prompt_weight_eps: float = 0.01
     prompt_weight_cap: float = 10.0
 
@@ -161,18 +152,10 @@ class AdaConfig:
         check_choice("ada.baseline", self.baseline, BASELINES)
         check_choice("ada.schedule", self.schedule, SCHEDULES)
         check_int("ada.seed", self.seed, 0)
-        for name in ("cancel", "history"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"ada.{name}={getattr(self, name)!r} is invalid; accepted values: True, False")
+        _check_bools(self, "cancel", "history")
         check_choice("ada.cancel_order", self.cancel_order, CANCEL_ORDERS)
         _ = self.history_config  # checks ada.history_target, ada.history_skip, ada.history_window
-        check_choice("ada.strategy", self.strategy, STRATEGIES)
-        check_choice("ada.est_preset", self.est_preset, tuple(EST_PRESETS))
-        check_choice("ada.prompt_weight", self.prompt_weight, ("auto",) + PROMPT_WEIGHTS)
-        check_finite("ada.prompt_weight_eps", self.prompt_weight_eps, minimum=0.0)
-        check_finite("ada.prompt_weight_cap", self.prompt_weight_cap, minimum=1.0)
-        if self.strategy == "est":
-            _ = self.est_config  # checks the --ada.est_* values
+        _check_prompt_weight(self)
         if self.max_samples < self.n:
             raise ValueError(
                 f"ada.first_round_size + ada.round_size x (ada.max_rounds - 1) = {self.max_samples} samples per prompt "
@@ -195,17 +178,14 @@ class AdaConfig:
         return self.m_first + self.m * (self.max_rounds - 1)
 
     @property
-    def history_config(self) -> HistoryConfig:
-        est = self.strategy == "est"
-        return HistoryConfig(target=self.history_target, skip=self.history_skip, window=self.history_window,
-                             ema=est, ema_decay=self.est_config.decay if est else HistoryConfig.ema_decay)
+    def requests_per_prompt(self) -> int:
+        """The most requests one prompt has out at once: its largest round (a history-sized first one: the cap)."""
+        history_sized = self.history and self.history_target > 0
+        return self.max_samples if history_sized else max(self.m_first, self.m)
 
     @property
-    def est_config(self) -> EstConfig:
-        """Est's frozen config: the preset's values, each est_* flag that is set in their place."""
-        return EstConfig.from_preset(self.est_preset, self.n, allocation=self.est_allocation, n_min=self.est_min,
-                                     n_max=self.est_max, decay=self.est_decay, alpha=self.est_alpha,
-                                     beta=self.est_beta, eps=self.est_eps)
+    def history_config(self) -> HistoryConfig:
+        return HistoryConfig(target=self.history_target, skip=self.history_skip, window=self.history_window)
 
     def exit_rule_holds(self, num_pos: int, num_neg: int) -> bool:
         """The exit rule of --ada.mode on a pool of `num_pos` positives and `num_neg` negatives."""
@@ -217,20 +197,27 @@ class AdaConfig:
         return select_group(flags, self.n, policy=self.selection, rng=rng)
 
     def advantage_baseline(self, estimator: str) -> Optional[str]:
-        """The group baseline the trained groups get under `estimator` (--algo.advantage.estimator), decided here once
-        from the flags: "pool" (Seq's `--ada.baseline pool` on a group estimator: each kept group against its
-        prompt's whole pool), Est's preset's ("group": each group against its own samples; "authors": the authors'
-        GRPO advantage), or None (upstream's advantages on the groups)."""
-        if self.strategy == "est":
-            return self.est_config.baseline
+        """The group baseline the trained groups get under `estimator` (--algo.advantage.estimator): "pool" (each kept
+        group against its prompt's whole pool, `--ada.baseline pool` on a group estimator) or None (upstream's
+        advantages on the groups)."""
         return "pool" if self.baseline == "pool" and estimator in GROUP_BASELINE_ESTIMATORS else None
 
     @property
     def weight_kind(self) -> str:
-        """The --ada.prompt_weight in force (auto: none with seq, the preset's with est)."""
-        if self.prompt_weight != "auto":
-            return self.prompt_weight
-        return EST_PRESETS[self.est_preset].prompt_weight if self.strategy == "est" else "none"
+        """The --ada.prompt_weight in force (auto: none)."""
+        return "none" if self.prompt_weight == "auto" else self.prompt_weight
+
+
+def _check_bools(config, *names: str) -> None:
+    for name in names:
+        if not isinstance(getattr(config, name), bool):
+            raise ValueError(f"ada.{name}={getattr(config, name)!r} is invalid; accepted values: True, False")
+
+
+def _check_prompt_weight(config) -> None:
+    check_choice("ada.prompt_weight", config.prompt_weight, ("auto",) + PROMPT_WEIGHTS)
+    check_finite("ada.prompt_weight_eps", config.prompt_weight_eps, minimum=0.0)
+    check_finite("ada.prompt_weight_cap", config.prompt_weight_cap, minimum=1.0)
 
 
 @dataclass(frozen=True)
@@ -238,7 +225,7 @@ class FixedN:
     """One round of n samples, every sample kept as the prompt's group (n may be 1): sampling with a fixed n
     (Reinforce-Ada off), and each Est prompt's pool with its allocated count. The prompt is "resolved" when a sample
     is correct. A `PromptPool` reads from it what it reads from an `AdaConfig`; what a single round fixes is a
-    constant here (no later round, no cancel, no history, nothing dropped, no prompt weight)."""
+    constant here (no later round, no cancel, no history, nothing dropped, no prompt weight, upstream's advantages)."""
 
     n: int
     seed: int = AdaConfig.seed
@@ -263,6 +250,16 @@ class FixedN:
 
     m_first = m
     max_samples = m
+    requests_per_prompt = m
+
+    @property
+    def history_config(self) -> HistoryConfig:
+        """No history of its own (--ada.skip greso may keep one: skip_rules.py)."""
+        return HistoryConfig()
+
+    def advantage_baseline(self, estimator: str) -> None:
+        """Upstream's advantages."""
+        return None
 
     def exit_rule_holds(self, num_pos: int, num_neg: int) -> bool:
         """Resolved once a sample is correct."""
@@ -271,6 +268,79 @@ class FixedN:
     def kept(self, scores: Sequence[float], rng: Optional[random.Random]) -> List[int]:
         """Every sample, in generation order."""
         return list(range(len(scores)))
+
+
+@dataclass(frozen=True)
+class Est:
+    """Reinforce-Ada-Est's settings (--ada.strategy est), built once from the parsed flags: one pass per step, each
+    prompt's count allocated from its estimated pass rate (estimate.py), every sample kept. n is the budget
+    (--rollout.n_samples_per_prompt, the mean count). The preset (`--ada.est_preset`) gives every allocation setting
+    left None (`--ada.est_*` unset); `resolved` is the result. Each prompt's pool is a `FixedN` of its count; what
+    one pass fixes is a constant here (no later round, no cancel, no first-round sizing)."""
+
+    n: int
+    preset: str = "paper"  # estimate.EST_PRESETS
+    allocation: Optional[str] = None  # --ada.est_allocation
+    n_min: Optional[int] = None  # --ada.est_min
+    n_max: Optional[int] = None  # --ada.est_max
+    decay: Optional[float] = None  # --ada.est_decay
+    alpha: Optional[float] = None  # --ada.est_alpha
+    beta: Optional[float] = None  # --ada.est_beta
+    eps: Optional[float] = None  # --ada.est_eps
+    positive_threshold: float = AdaConfig.positive_threshold
+    seed: int = AdaConfig.seed
+    history: bool = False  # --ada.history: skip prompts saturated in earlier epochs (the estimate is kept regardless)
+    history_skip: float = HistoryConfig.skip
+    history_window: int = HistoryConfig.window
+    prompt_weight: str = "auto"  # auto: the preset's (paper: inv_sqrt_pass_rate, authors: none)
+    prompt_weight_eps: float = AdaConfig.prompt_weight_eps
+    prompt_weight_cap: float = AdaConfig.prompt_weight_cap
+    # what one pass fixes (class constants, not fields)
+    max_rounds = 1
+    schedule = "async"
+    cancel = False
+    history_target = 0.0
+
+    def __post_init__(self):
+        check_int("n (--rollout.n_samples_per_prompt)", self.n, 2)
+        check_finite("ada.positive_threshold", self.positive_threshold)
+        check_int("ada.seed", self.seed, 0)
+        _check_bools(self, "history")
+        _ = self.history_config  # checks ada.history_skip, ada.history_window, ada.est_decay
+        _check_prompt_weight(self)
+        _ = self.resolved  # checks the preset and the --ada.est_* values
+
+    @property
+    def resolved(self) -> EstConfig:
+        """The estimator, allocation and advantage in force: the preset's values, each one set here in their place."""
+        return EstConfig.from_preset(self.preset, self.n, allocation=self.allocation, n_min=self.n_min,
+                                     n_max=self.n_max, decay=self.decay, alpha=self.alpha, beta=self.beta,
+                                     eps=self.eps)
+
+    @property
+    def max_samples(self) -> int:
+        """The most samples one prompt gets (the allocation's bound; none: every prompt's share of the budget)."""
+        return self.resolved.n_max or self.n
+
+    @property
+    def requests_per_prompt(self) -> int:
+        """A step's requests per prompt on average: exactly the budget n (counts vary, their total does not)."""
+        return self.n
+
+    @property
+    def history_config(self) -> HistoryConfig:
+        """The history keeps the Ada-EMA counts (and the records --ada.history's skip reads)."""
+        return HistoryConfig(skip=self.history_skip, window=self.history_window, ema=True,
+                             ema_decay=self.resolved.decay)
+
+    def advantage_baseline(self, estimator: str) -> str:
+        """The preset's: "group" (each group against its own samples) or "authors" (the authors' GRPO advantage)."""
+        return self.resolved.baseline
+
+    @property
+    def weight_kind(self) -> str:
+        """The --ada.prompt_weight in force (auto: the preset's)."""
+        return EST_PRESETS[self.preset].prompt_weight if self.prompt_weight == "auto" else self.prompt_weight
 
 
 @dataclass
@@ -302,7 +372,7 @@ class PromptPool:
     order. `first_round` (history) replaces the configured schedule by `round_schedule(first_round, cap, max_rounds)`.
     """
 
-    config: Union[AdaConfig, FixedN]
+    config: Union[AdaConfig, FixedN]  # Seq's rounds, or one round of n (fixed n, each Est prompt)
     rng: Optional[random.Random] = None  # used by selection "random"; see make_rng
     scores: List[float] = field(default_factory=list)
     rewards: List[float] = field(default_factory=list)

@@ -69,16 +69,12 @@ def kv_cache_bytes(shape: KvShape, max_model_len: int, sequences: int, margin: f
 
 
 def requests_per_prompt(args) -> int:
-    """The most requests one prompt has out at once: n for a plain group, the largest Reinforce-Ada round."""
-    n = args.rollout.n_samples_per_prompt
-    ada = getattr(args, "ada", None)
-    if ada is None or not getattr(ada, "enable", False):
-        return n
-    from openrlhf_ada.args import ada_config
+    """The requests per prompt a step has out at once: n for a plain group, Seq's largest round, Est's budget n (its
+    counts vary by prompt, the step's total is exactly n per prompt): the strategy config's `requests_per_prompt`."""
+    from openrlhf_ada.args import sampling_config
 
-    config = ada_config(args)
-    history_sized = config.history and config.history_target > 0  # a first round sized from history, up to the cap
-    return config.max_samples if history_sized else max(config.m_first, config.m)
+    config = sampling_config(args) if getattr(args, "ada", None) is not None else None
+    return config.requests_per_prompt if config is not None else args.rollout.n_samples_per_prompt
 
 
 def sequences_in_flight(args, engines: int = 1) -> int:

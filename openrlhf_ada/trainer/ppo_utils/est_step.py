@@ -59,7 +59,7 @@ class EstStep(RoundStep):
         first prompts: the whole budget; replacements: the counts of the prompts they replace)."""
         if not drawn:
             return []
-        est = self.config.est_config
+        est = self.config.resolved
         counts = [self.history.ema_counts(d.key) for d in drawn]
         p_hat = pass_rate_estimate([c[0] for c in counts], [c[1] for c in counts], est.alpha, est.beta)
         if not self.allocated:  # every count read before any prompt of the step is recorded: a snapshot

@@ -53,7 +53,7 @@ from openrlhf_ada.algorithms.baselines import (
 )
 from openrlhf_ada.algorithms.estimate import authors_baseline, prompt_weights
 from openrlhf_ada.algorithms.returns import exact_undiscounted_returns, undiscounted_returns
-from openrlhf_ada.args import ada_config, adora_config
+from openrlhf_ada.args import adora_config, sampling_config
 
 POOL_KEYS = ("ada_pool_count", "ada_pool_mean", "ada_pool_std")
 #: Per-prompt values the samples generator puts in `info` for this class; removed once used: upstream logs every info
@@ -84,15 +84,17 @@ class AdoraPoolExperienceMaker(RemoteExperienceMaker):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.adora = adora_config(self.args)
-        self.ada = ada_config(self.args) if self.args.ada.enable else None
+        self.sampling = sampling_config(self.args)  # the strategy's config: its baseline and prompt weight
         self.weight_func: Callable = load_weight_func(self.adora.weight_func) if self.adora.weight_func else None
         self.global_step = 1  # the step being trained, as logged; the trainer sets it before each batch
 
     @property
     def baseline(self):
-        """The project's group baseline in force (`AdaConfig.advantage_baseline`: "pool", "group", "authors"), or None:
-        upstream's advantages."""
-        return None if self.ada is None else self.ada.advantage_baseline(self.args.algo.advantage.estimator)
+        """The project's group baseline in force (the strategy config's `advantage_baseline`: Seq's "pool", Est's
+        "group" or "authors"), or None: upstream's advantages."""
+        if self.sampling is None:
+            return None
+        return self.sampling.advantage_baseline(self.args.algo.advantage.estimator)
 
     @property
     def adora_active(self) -> bool:
@@ -144,7 +146,7 @@ class AdoraPoolExperienceMaker(RemoteExperienceMaker):
     def _group_advantages(self, experiences: List[Experience]) -> List[Experience]:
         """Group index -> baseline (the pool's statistics for Seq) -> prompt weight -> KL, returns, advantages ->
         ADORA (module docstring)."""
-        args, ada = self.args, self.ada
+        args, ada = self.args, self.sampling
         weighted = ada.weight_kind != "none"
         keys = (POOL_KEYS if self.baseline == "pool" else ()) + (("ada_pool_pass_rate",) if weighted else ())
         missing = [k for k in keys if any(k not in e.info for e in experiences)]

@@ -51,7 +51,7 @@ from openrlhf.utils.logging_utils import init_logger
 from openrlhf_ada.algorithms.estimate import SeenWatch
 from openrlhf_ada.algorithms.history import HistoryConfig, PromptHistory, prompt_key
 from openrlhf_ada.algorithms.reinforce_ada import PromptPool
-from openrlhf_ada.args import ada_config, fault_config, skip_rule
+from openrlhf_ada.args import fault_config, skip_rule
 from openrlhf_ada.trainer import ledger
 from openrlhf_ada.trainer.ppo_utils.batching import trained_group_sizes, usable_samples
 from openrlhf_ada.trainer.ppo_utils.sample_failures import reward_failed
@@ -118,7 +118,6 @@ def uniform_info_keys(samples: List[Experience]) -> List[str]:
 class RoundsSamplesGenerator(SamplesGenerator):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.ada = ada_config(self.args) if self.args.ada.enable else None
         # The strategy, chosen once (strategy.py): fixed n, Seq or Est, each its config, its step and the transport
         # of --ada.cancel; None: upstream's own generation (n = 1, or a reward model scores after generation).
         # Without Reinforce-Ada, training generation is one round of n per prompt through the same machinery, so
@@ -141,7 +140,7 @@ class RoundsSamplesGenerator(SamplesGenerator):
         # --ada.strategy est keeps its estimator (Ada-EMA counts) in the same history, and --ada.skip greso reads
         # the groups of earlier epochs from it (GRESO's skip then replaces --ada.history's own)
         self.skip_rule = skip_rule(self.args, seed=self.pool_config.seed) if self.pool_config is not None else None
-        history_config = self.ada.history_config if self.ada is not None else HistoryConfig()
+        history_config = self.pool_config.history_config if self.pool_config is not None else HistoryConfig()
         if self.skip_rule is not None:
             history_config = self.skip_rule.history_config(history_config)
         keep_history = self.sampling is not None and self.sampling.keeps_history

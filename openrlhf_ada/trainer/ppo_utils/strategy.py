@@ -2,10 +2,11 @@
 
     fixed n   (--ada.enable off, n >= 2)  each prompt one round of n, every sample kept    `FixedN`     `FixedNStep`
     Seq       (--ada.enable)              rounds until the exit rule holds, n kept          `AdaConfig`  `RoundStep`
-    Est       (--ada.strategy est)        one round of an allocated count, every one kept   `AdaConfig`  `EstStep`
+    Est       (--ada.strategy est)        one round of an allocated count, every one kept   `Est`        `EstStep`
     upstream  (n = 1, or a reward model that scores after generation)                     None
 
-Each strategy is a frozen config and a step (round_loop.py, est_step.py); the transport (transport.py) is the
+Each strategy is a frozen config of its own (args.sampling_config builds it: no config carries another strategy's
+settings, and the experience maker reads its baseline and prompt weight from the same build) and a step (round_loop.py, est_step.py); the transport (transport.py) is the
 stream of `--ada.cancel` or one upstream call per round. The samples generator reads the choice, never the flags
 again, and what comes after a step's build reads the groups from the samples (their `ada_group` ids).
 """
@@ -15,9 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Union
 
-from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, FixedN
-from openrlhf_ada.args import ada_config
-from openrlhf_ada.rewards.checks import scored_by_reward_model
+from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, Est, FixedN
+from openrlhf_ada.args import sampling_config
 from openrlhf_ada.trainer.ppo_utils.est_step import EstStep
 from openrlhf_ada.trainer.ppo_utils.round_loop import FixedNStep, RoundStep
 from openrlhf_ada.trainer.ppo_utils.transport import RoundTransport, StreamTransport
@@ -32,7 +32,7 @@ class Sampling:
     plans; --ada.skip greso keeps one for any strategy, the generator's concern)."""
 
     name: str
-    config: Union[FixedN, AdaConfig]
+    config: Union[FixedN, AdaConfig, Est]
     step: type
     transport: type
     carries_short_step: bool
@@ -42,14 +42,12 @@ class Sampling:
 def choose_sampling(args) -> Optional[Sampling]:
     """The strategy the flags ask for; None: upstream's own generation (n = 1, or a reward model scores the samples
     after generation: the engines return no reward for a loop to judge, and the launcher refuses --ada.enable then)."""
-    n = args.rollout.n_samples_per_prompt
-    if args.ada.enable:
-        ada = ada_config(args)
-        transport = StreamTransport if ada.cancel else RoundTransport
-        if ada.strategy == "est":
-            return Sampling("est", ada, EstStep, transport, carries_short_step=False, keeps_history=True)
-        return Sampling("seq", ada, RoundStep, transport, carries_short_step=True, keeps_history=ada.history)
-    if n >= 2 and not scored_by_reward_model(args):
-        config = FixedN(n, seed=getattr(args.train, "seed", AdaConfig.seed))
+    config = sampling_config(args)
+    if isinstance(config, Est):
+        return Sampling("est", config, EstStep, RoundTransport, carries_short_step=False, keeps_history=True)
+    if isinstance(config, AdaConfig):
+        transport = StreamTransport if config.cancel else RoundTransport
+        return Sampling("seq", config, RoundStep, transport, carries_short_step=True, keeps_history=config.history)
+    if isinstance(config, FixedN):
         return Sampling("fixed_n", config, FixedNStep, RoundTransport, carries_short_step=True, keeps_history=False)
     return None
