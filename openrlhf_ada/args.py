@@ -4,7 +4,7 @@
 single-machine trainer's). After upstream's `hierarchize`, the namespace carries `args.adora.*` and `args.ada.*`;
 `validate(args)` checks them together with the upstream flags they depend on and raises ValueError with what is
 wrong and how to fix it, before Ray or any model starts. The configs travel to every actor inside `strategy.args`
-and are rebuilt there with `adora_config(args)` / `sampling_config(args)` (the strategy's: `FixedN`, Seq's `AdaConfig` or
+and are rebuilt there with `adora_config(args)` / `sampling_config(args)` (the strategy's: `FixedN`, `Seq` or
 `Est`, chosen here once). The configs of the flags that belong to no
 algorithm live here (`FaultConfig` of --fault.*, `EvalConfig` of --eval.avg_*), so that this module imports no trainer
 module (the layers: algorithms/ <- args and trainer/ <- cli/).
@@ -29,9 +29,9 @@ from openrlhf_ada.algorithms.reinforce_ada import (
     SCHEDULES,
     SELECTION_POLICIES,
     UNRESOLVED_POLICIES,
-    AdaConfig,
     Est,
     FixedN,
+    Seq,
 )
 from openrlhf_ada.algorithms.skip_rules import SKIP_RULES, SkipRule
 from openrlhf_ada.compatibility import check as check_compatibility
@@ -46,9 +46,9 @@ def _bool_flag(group, name, help):
 
 
 def add_project_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Every default comes from the frozen config the flags build (AdoraConfig, AdaConfig, Est, FaultConfig), and the
+    """Every default comes from the frozen config the flags build (AdoraConfig, Seq, Est, FaultConfig), and the
     choices and help of --adora.variant / --ada.mode from their rule registries."""
-    adora, ada, fault, ev, gc = AdoraConfig, AdaConfig, FaultConfig, EvalConfig, GresoConfig()  # the defaults
+    adora, ada, fault, ev, gc = AdoraConfig, Seq, FaultConfig, EvalConfig, GresoConfig()  # the defaults
     g = parser.add_argument_group("ADORA (openrlhf-ada): per-prompt advantage weights")
     _bool_flag(g, "--adora.enable", "Multiply each prompt group's final advantages by its ADORA weight")
     g.add_argument("--adora.variant", type=str, default=adora.variant, choices=ADORA_RULES.names(),
@@ -238,16 +238,16 @@ def adora_config(args) -> AdoraConfig:
     )
 
 
-def ada_config(args) -> AdaConfig:
+def seq_config(args) -> Seq:
     """Seq's settings (--ada.enable, --ada.strategy seq)."""
     a = args.ada
-    return AdaConfig(
+    return Seq(
         n=args.rollout.n_samples_per_prompt, mode=a.mode, round_size=a.round_size,
         first_round_size=a.first_round_size, max_rounds=a.max_rounds, positive_threshold=a.positive_threshold,
         unresolved=a.unresolved, selection=a.selection, baseline=a.baseline, schedule=a.schedule,
-        seed=flag_value(args, "train.seed", AdaConfig.seed),
+        seed=flag_value(args, "train.seed", Seq.seed),
         # namespaces built without the newer flags (tests, older callers) get the config's defaults
-        **{k: flag_value(args, "ada." + k, getattr(AdaConfig, k))
+        **{k: flag_value(args, "ada." + k, getattr(Seq, k))
            for k in ("cancel", "cancel_order", *HISTORY_FLAGS, *PROMPT_WEIGHT_FLAGS)},
     )
 
@@ -263,13 +263,13 @@ def est_config(args) -> Est:
     )
 
 
-def sampling_config(args) -> Union[FixedN, AdaConfig, Est, None]:
-    """The training steps' sampling strategy's config, chosen once from the flags: Seq's `AdaConfig` (--ada.enable),
+def sampling_config(args) -> Union[FixedN, Seq, Est, None]:
+    """The training steps' sampling strategy's config, chosen once from the flags: `Seq` (--ada.enable),
     `Est` (--ada.strategy est), `FixedN` (one round of n, every sample kept: Reinforce-Ada off), or None: upstream's
     own generation (n = 1, or a reward model scores the samples after generation: the engines return no reward to
     judge while sampling, and --ada.enable is refused then)."""
     if flag_value(args, "ada.enable", False):
-        return est_config(args) if flag_value(args, "ada.strategy", STRATEGIES[0]) == "est" else ada_config(args)
+        return est_config(args) if flag_value(args, "ada.strategy", STRATEGIES[0]) == "est" else seq_config(args)
     n = args.rollout.n_samples_per_prompt
     if n >= 2 and not scored_by_reward_model(args):
         return FixedN(n, seed=flag_value(args, "train.seed", FixedN.seed))
@@ -301,7 +301,7 @@ SEQ_ONLY_FLAGS = ("mode", "round_size", "first_round_size", "max_rounds", "unres
 #: The flags that change Reinforce-Ada's advantage or strategy (refused without --ada.enable).
 EST_FLAGS = ("strategy", *EST_ONLY_FLAGS, *PROMPT_WEIGHT_FLAGS)
 #: Each --ada.* flag's default, from the config that holds it.
-ADA_DEFAULTS = {"strategy": STRATEGIES[0], **{k: getattr(AdaConfig, k) for k in (
+ADA_DEFAULTS = {"strategy": STRATEGIES[0], **{k: getattr(Seq, k) for k in (
     *SEQ_ONLY_FLAGS, "cancel", "cancel_order", *HISTORY_FLAGS, *PROMPT_WEIGHT_FLAGS)},
     **{flag: getattr(Est, field) for flag, field in EST_FIELDS.items()}}
 
@@ -563,7 +563,7 @@ def validate(args) -> None:
         validate_seq(args, ada, estimator)
 
 
-def validate_prompt_weight(ada: Union[AdaConfig, Est], estimator) -> None:
+def validate_prompt_weight(ada: Union[Seq, Est], estimator) -> None:
     """--ada.prompt_weight against the estimator (and a warning where the weight compounds a normalisation); raise
     ValueError naming the flags. docs/algorithms.md says why the refused pairs mean nothing."""
     if ada.weight_kind != "none" and estimator not in GROUP_BASELINE_ESTIMATORS:
@@ -577,7 +577,7 @@ def validate_prompt_weight(ada: Union[AdaConfig, Est], estimator) -> None:
                        "Est advantage is dr_grpo with inv_sqrt_pass_rate; --ada.prompt_weight none keeps group_norm's")
 
 
-def validate_seq(args, ada: AdaConfig, estimator) -> None:
+def validate_seq(args, ada: Seq, estimator) -> None:
     """Seq's flags against the rest; raise ValueError naming the flags."""
     if ada.baseline == "pool" and estimator not in GROUP_BASELINE_ESTIMATORS:
         raise ValueError(

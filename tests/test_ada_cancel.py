@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool, make_rng, pool_metrics
+from openrlhf_ada.algorithms.reinforce_ada import PromptPool, Seq, make_rng, pool_metrics
 from openrlhf_ada.algorithms.simulation import simulate
 
 BAL = dict(n=4, round_size=8, max_rounds=4, mode="balance")
@@ -58,7 +58,7 @@ def test_unresolved_round_runs_to_the_end_and_the_next_round_is_cut():
 
 
 def test_pool_fed_by_hand_with_a_failed_sample_and_late_arrivals():
-    cfg = AdaConfig(n=2, round_size=4, max_rounds=2, cancel=True)
+    cfg = Seq(n=2, round_size=4, max_rounds=2, cancel=True)
     pool = PromptPool(cfg)
     assert pool.start_round() == 4
     assert pool.add_sample(2, 1.0, 1.0, item="c", length=3) is False
@@ -73,7 +73,7 @@ def test_pool_fed_by_hand_with_a_failed_sample_and_late_arrivals():
 
 
 def test_pool_metrics_count_cancelled_and_discarded_only_with_the_options_on():
-    on = AdaConfig(n=2, round_size=4, max_rounds=1, cancel=True)
+    on = Seq(n=2, round_size=4, max_rounds=1, cancel=True)
     a = PromptPool(on)
     a.start_round()
     a.add_sample(1, 1.0, 1.0, length=2)
@@ -83,7 +83,7 @@ def test_pool_metrics_count_cancelled_and_discarded_only_with_the_options_on():
     assert (m["ada/cancelled_requests"], m["ada/cancelled_tokens"], m["ada/discarded_samples"]) == (2, 10, 0)
     assert m["ada/tokens_generated"] == 17 and m["ada/skipped_prompts"] == 3 and m["ada/skipped_share"] == 3 / 4
     assert m["ada/eta"] == pytest.approx(7 / 17)  # the kept pair (2 + 5 tokens) of all 17
-    b = PromptPool(AdaConfig(n=2, round_size=2, max_rounds=1))
+    b = PromptPool(Seq(n=2, round_size=2, max_rounds=1))
     b.add_round([1, 0], [1, 0], lengths=[1, 1])
     assert not any("cancel" in k or "skipped" in k for k in pool_metrics([b], max_rounds=1))
 
@@ -91,7 +91,7 @@ def test_pool_metrics_count_cancelled_and_discarded_only_with_the_options_on():
 # --- misuse -----------------------------------------------------------------------------------------------------
 
 def test_per_sample_feeding_misuse_is_a_clear_error():
-    pool = PromptPool(AdaConfig(n=2, round_size=2, max_rounds=2, cancel=True))
+    pool = PromptPool(Seq(n=2, round_size=2, max_rounds=2, cancel=True))
     with pytest.raises(ValueError, match="start_round first"):
         pool.add_sample(0, 1, 1)
     with pytest.raises(ValueError, match="without an open round"):
@@ -111,10 +111,10 @@ def test_per_sample_feeding_misuse_is_a_clear_error():
     with pytest.raises(ValueError, match="needs length_streams"):
         simulate([[1, 0]], n=2, round_size=2, max_rounds=1, mode="pos", cancel=True)
     with pytest.raises(ValueError) as e:
-        AdaConfig(n=4, cancel_order="shortest")
+        Seq(n=4, cancel_order="shortest")
     assert "ada.cancel_order" in str(e.value) and "'arrival'" in str(e.value) and "'request'" in str(e.value)
     with pytest.raises(ValueError, match="ada.cancel="):
-        AdaConfig(n=4, cancel="yes")
+        Seq(n=4, cancel="yes")
 
 
 # --- properties -------------------------------------------------------------------------------------------------
@@ -177,7 +177,7 @@ def test_cancel_keeps_rounds_and_signal_and_never_costs_more(setup, order):
 def test_cancel_off_per_sample_feeding_equals_add_round_in_any_arrival_order(setup, rnd):
     """Without cancel, samples fed one by one in any order give exactly the pool of add_round (request order)."""
     streams, lengths, kw = setup
-    config = AdaConfig(n=kw["n"], round_size=kw["round_size"], first_round_size=kw["first_round_size"],
+    config = Seq(n=kw["n"], round_size=kw["round_size"], first_round_size=kw["first_round_size"],
                        max_rounds=kw["max_rounds"], mode=kw["mode"])
     for stream, lens in zip(streams, lengths):
         a, b, pos = PromptPool(config), PromptPool(config), 0
@@ -221,5 +221,5 @@ def test_random_selection_with_cancel_is_reproducible():
     lengths = [[rng_stream.randint(1, 100) for _ in range(32)] for _ in range(6)]
     a = simulate(streams, **BAL, selection="random", seed=3, length_streams=lengths, cancel=True)
     assert a == simulate(streams, **BAL, selection="random", seed=3, length_streams=lengths, cancel=True)
-    pool = PromptPool(AdaConfig(n=4, cancel=True, selection="random"), rng=make_rng(3, 0))
+    pool = PromptPool(Seq(n=4, cancel=True, selection="random"), rng=make_rng(3, 0))
     assert pool.next_round_size() == 8

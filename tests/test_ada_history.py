@@ -22,7 +22,7 @@ from openrlhf_ada.algorithms.history import (
     signal_probability,
     skip_decision,
 )
-from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool
+from openrlhf_ada.algorithms.reinforce_ada import PromptPool, Seq
 from openrlhf_ada.algorithms.simulation import simulate
 
 BAL = dict(n=4, round_size=8, max_rounds=4, mode="balance")
@@ -100,13 +100,13 @@ def test_round_schedule(first, cap, rounds, expected):
 
 
 def test_pool_with_its_own_first_round_keeps_the_cap_and_the_rounds():
-    pool = PromptPool(AdaConfig(**{k: v for k, v in BAL.items()}), first_round=12)
+    pool = PromptPool(Seq(**{k: v for k, v in BAL.items()}), first_round=12)
     sizes = []
     while not pool.done:
         sizes.append(pool.next_round_size())
         pool.add_round([0] * sizes[-1], [0] * sizes[-1])
     assert sizes == [12, 7, 7, 6] and pool.samples == 32 and pool.rounds == 4 and pool.outcome == "kept"
-    whole = PromptPool(AdaConfig(**BAL), first_round=32)
+    whole = PromptPool(Seq(**BAL), first_round=32)
     whole.add_round([0] * 32, [0] * 32)
     assert whole.done and whole.rounds == 1  # the cap is used up: no further round
 
@@ -169,7 +169,7 @@ def test_store_records_trims_and_round_trips_through_json():
 ])
 def test_bad_history_settings_name_the_flag(kwargs, words):
     with pytest.raises(ValueError) as e:
-        AdaConfig(n=4, **kwargs)
+        Seq(n=4, **kwargs)
     for word in words:
         assert word in str(e.value)
 
@@ -238,13 +238,13 @@ def test_flags_build_the_config_defaults_off():
 
     from openrlhf.utils.config import hierarchize
 
-    from openrlhf_ada.args import ada_config, add_project_args
+    from openrlhf_ada.args import add_project_args, seq_config
 
     parser = add_project_args(argparse.ArgumentParser())
     parser.add_argument("--rollout.n_samples_per_prompt", type=int, default=4)
-    off = ada_config(hierarchize(parser.parse_args(["--ada.enable"])))
+    off = seq_config(hierarchize(parser.parse_args(["--ada.enable"])))
     assert (off.cancel, off.cancel_order, off.history) == (False, "arrival", False)
-    on = ada_config(hierarchize(parser.parse_args([
+    on = seq_config(hierarchize(parser.parse_args([
         "--ada.enable", "--ada.cancel", "--ada.cancel_order", "request", "--ada.history", "--ada.history_target", "0",
         "--ada.history_skip", "0.9", "--ada.history_window", "2"])))
     assert (on.cancel, on.cancel_order, on.history) == (True, "request", True)

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool, make_rng, pool_metrics
+from openrlhf_ada.algorithms.reinforce_ada import PromptPool, Seq, make_rng, pool_metrics
 from openrlhf_ada.analysis import learning_stats as stats
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -97,7 +97,7 @@ def test_ada_eta_matches_the_projects_pool_metrics(se):
     for method in (se.AUTHORS["balance"], se.AUTHORS["pos"], se.ada("balance", 4, 4, 8)):
         agg = method.run(u, prompts, cap=1)
         row = se._row("m", method, agg)
-        config = AdaConfig(n=4, mode=method.mode, round_size=method.round, first_round_size=method.first,
+        config = Seq(n=4, mode=method.mode, round_size=method.round, first_round_size=method.first,
                            max_rounds=method.rounds)
         pools = []
         for p in range(prompts):
@@ -225,7 +225,7 @@ def test_epoch_model_tokens_and_eta_match_the_projects_pools_with_cancel(se):
     the stated timing model (shortest first; outstanding requests cut at the stop time)."""
     u = se.EpochUniverse("uniform", "correct_longer", prompts=40, seed=5, epochs=1)
     t = se.run_epochs(se.EpochMethod("c", cancel=True), u, seed=5)
-    config = AdaConfig(n=4, round_size=8, max_rounds=4, cancel=True)
+    config = Seq(n=4, round_size=8, max_rounds=4, cancel=True)
     pools = []
     for i in range(40):
         o, L = u.outcomes[0][i], [int(x) for x in u.lengths[0][i]]

@@ -22,7 +22,7 @@ from transformers import AutoTokenizer
 
 import openrlhf_ada.trainer.ppo_utils.round_loop as round_loop
 from openrlhf_ada.algorithms.history import EpochRecord
-from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool
+from openrlhf_ada.algorithms.reinforce_ada import PromptPool, Seq
 from openrlhf_ada.cpu.kv_cache import engine_kwargs
 from openrlhf_ada.launcher import parse_args
 from openrlhf_ada.trainer.metrics_log import read_metrics
@@ -159,7 +159,7 @@ class RecordingPool(PromptPool):
 
 
 def replay(pool: RecordingPool) -> PromptPool:
-    pure = PromptPool(AdaConfig(**{f: getattr(pool.config, f) for f in pool.config.__dataclass_fields__}))
+    pure = PromptPool(Seq(**{f: getattr(pool.config, f) for f in pool.config.__dataclass_fields__}))
     for call in pool.calls:
         if call[0] == "start":
             pure.start_round()

@@ -20,7 +20,7 @@ from openrlhf_ada.algorithms.estimate import (
     prompt_weights,
 )
 from openrlhf_ada.algorithms.history import HistoryConfig, PromptHistory
-from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, Est
+from openrlhf_ada.algorithms.reinforce_ada import Est, Seq
 
 
 def ragged_baseline(rewards, sizes, estimator):
@@ -75,7 +75,7 @@ def test_est_config_defaults_and_history():
     assert est.budget == 8 and (est.n_min, est.n_max) == (2, 32)
     assert c.history_config.ema and c.weight_kind == "inv_sqrt_pass_rate"
     assert c.advantage_baseline("rloo") == "group" and c.requests_per_prompt == 8 and c.max_samples == 32
-    assert AdaConfig(n=8).weight_kind == "none" and not AdaConfig(n=8).history_config.ema
+    assert Seq(n=8).weight_kind == "none" and not Seq(n=8).history_config.ema
     with pytest.raises(ValueError, match="n_samples_per_prompt"):
         Est(n=40)  # budget above --ada.est_max 32
     with pytest.raises(ValueError):

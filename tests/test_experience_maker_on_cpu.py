@@ -192,7 +192,7 @@ def test_pool_statistics_include_length_penalties(estimator, expected):
     -0.5 (truncated -> -0.5), pool = the kept group. Upstream's group statistics are taken after the penalty; the
     pool statistics the samples generator keeps must be too. Expected values by hand: penalised rewards
     1, 1, -0.5, -0.5 (mean 0.25, unbiased std 0.866)."""
-    from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool
+    from openrlhf_ada.algorithms.reinforce_ada import PromptPool, Seq
     from openrlhf_ada.trainer.ppo_utils.sample_record import penalised_rewards
 
     args = make_args(estimator, *ADA, "--reward.stop_properly_penalty_coef", "-0.5")
@@ -204,7 +204,7 @@ def test_pool_statistics_include_length_penalties(estimator, expected):
                            truncated=torch.tensor([t]), kl=torch.zeros(1, T), index=[i], info={})
                 for i, (r, t) in enumerate(zip(rewards, truncated))]
 
-    pool = PromptPool(AdaConfig(n=N, round_size=N, max_rounds=1, baseline="pool"))
+    pool = PromptPool(Seq(n=N, round_size=N, max_rounds=1, baseline="pool"))
     generated = samples()
     pool.add_round(scores=rewards, rewards=penalised_rewards(rewards, [T] * len(rewards), truncated, args),
                    items=generated)

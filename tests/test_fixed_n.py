@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, FixedN, PromptPool
+from openrlhf_ada.algorithms.reinforce_ada import FixedN, PromptPool, Seq
 
 
 def test_one_round_every_sample_kept_in_generation_order():
@@ -30,11 +30,11 @@ def test_no_correct_sample_is_kept_unresolved_and_a_failed_one_leaves_the_group(
 
 def test_its_fields_are_its_own():
     assert [f.name for f in dataclasses.fields(FixedN)] == ["n", "seed", "positive_threshold"]
-    assert not {f.name for f in dataclasses.fields(AdaConfig)} & {"keep_all"}
+    assert not {f.name for f in dataclasses.fields(Seq)} & {"keep_all"}
     with pytest.raises(ValueError):
         FixedN(0)
     FixedN(1)  # one sample per prompt is a fixed n
     with pytest.raises(ValueError):
-        AdaConfig(n=1)  # Seq's rounds need a group of two
+        Seq(n=1)  # Seq's rounds need a group of two
     with pytest.raises(dataclasses.FrozenInstanceError):
         FixedN(2).n = 3

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from openrlhf_ada.algorithms.reinforce_ada import (
-    AdaConfig,
     PromptPool,
+    Seq,
     exit_reached,
     make_rng,
     pool_metrics,
@@ -98,7 +98,7 @@ def test_selection_properties(pool, n, policy, seed):
 
 
 def test_pool_resolves_and_keeps_statistics_of_every_sample():
-    pool = PromptPool(AdaConfig(n=4, round_size=4, max_rounds=3))
+    pool = PromptPool(Seq(n=4, round_size=4, max_rounds=3))
     pool.add_round([1, 1, 1, 1], [1, 1, 1, 1], items="abcd")
     assert not pool.done and pool.outcome == "active" and pool.next_round_size() == 4
     pool.add_round([0, 1, 0, 1], [0, 1, 0, 1], items="efgh")
@@ -113,13 +113,13 @@ def test_pool_resolves_and_keeps_statistics_of_every_sample():
 
 
 def test_pool_of_one_has_mean_zero_std_one():
-    pool = PromptPool(AdaConfig(n=2, round_size=1, max_rounds=4))
+    pool = PromptPool(Seq(n=2, round_size=1, max_rounds=4))
     pool.add_round([1.0], [0.7])
     assert (pool.count, pool.mean, pool.std) == (1, 0.0, 1.0)
 
 
 def test_failed_samples_never_enter_the_pool_but_the_round_completes():
-    pool = PromptPool(AdaConfig(n=2, round_size=4, max_rounds=2))
+    pool = PromptPool(Seq(n=2, round_size=4, max_rounds=2))
     pool.add_round([1, None, 0, 1], [1.0, None, float("nan"), 1.0], items=[0, 1, 2, 3])
     assert pool.rounds == 1 and pool.samples == 4 and pool.failed == 2 and pool.count == 2
     assert pool.items == [0, 3] and not pool.resolved  # two positives, no negative yet
@@ -128,14 +128,14 @@ def test_failed_samples_never_enter_the_pool_but_the_round_completes():
 
 
 def test_too_few_valid_samples_is_a_failed_prompt():
-    pool = PromptPool(AdaConfig(n=4, round_size=4, max_rounds=1))
+    pool = PromptPool(Seq(n=4, round_size=4, max_rounds=1))
     pool.add_round([1, 0, 1, 0], [1, None, None, 0])
     assert pool.done and pool.outcome == "failed" and pool.select() == []
 
 
 def test_pos_mode_waits_for_n_samples_even_after_a_positive():
     # first round of 2 finds a positive, but no group of 4 exists yet: the prompt stays active
-    pool = PromptPool(AdaConfig(n=4, mode="pos", round_size=2, first_round_size=2, max_rounds=4))
+    pool = PromptPool(Seq(n=4, mode="pos", round_size=2, first_round_size=2, max_rounds=4))
     pool.add_round([1, 0], [1, 0])
     assert not pool.done
     pool.add_round([0, 0], [0, 0])
@@ -143,7 +143,7 @@ def test_pos_mode_waits_for_n_samples_even_after_a_positive():
 
 
 def test_random_selection_of_a_pool_is_drawn_once():
-    pool = PromptPool(AdaConfig(n=2, round_size=8, max_rounds=1, selection="random"), rng=make_rng(3, "p"))
+    pool = PromptPool(Seq(n=2, round_size=8, max_rounds=1, selection="random"), rng=make_rng(3, "p"))
     pool.add_round([1, 0] * 4, [1, 0] * 4)
     assert pool.select() == pool.select()
 
@@ -245,7 +245,7 @@ def test_outcome_does_not_depend_on_completion_order(setup, rnd):
     each prompt ends exactly as when run alone."""
     streams, kw = setup
     alone = simulate(streams, **kw)
-    config = AdaConfig(n=kw["n"], round_size=kw["round_size"], first_round_size=kw["first_round_size"],
+    config = Seq(n=kw["n"], round_size=kw["round_size"], first_round_size=kw["first_round_size"],
                        max_rounds=kw["max_rounds"], mode=kw["mode"], unresolved=kw["unresolved"],
                        selection=kw["selection"], seed=kw["seed"])
     pools = [PromptPool(config, rng=make_rng(kw["seed"], p)) for p in range(len(streams))]
@@ -270,13 +270,13 @@ def test_outcome_does_not_depend_on_completion_order(setup, rnd):
         (lambda: exit_reached(1, 1, mode="pos", n=1), ["n=1", ">= 2"]),
         (lambda: select_group([1, 0], 2, policy="best"), ["policy", "'best'", "'first'", "'random'"]),
         (lambda: select_group([1, 0], 3), ["2 samples", "n=3"]),
-        (lambda: AdaConfig(n=4, round_size=0), ["ada.round_size=0", ">= 1"]),
-        (lambda: AdaConfig(n=4, max_rounds=0), ["ada.max_rounds=0", ">= 1"]),
-        (lambda: AdaConfig(n=1), ["n_samples_per_prompt", "=1", ">= 2"]),
-        (lambda: AdaConfig(n=8, round_size=2, max_rounds=3), ["6 samples", "n=8"]),
-        (lambda: AdaConfig(n=4, unresolved="retry"), ["ada.unresolved", "'retry'", "'keep'", "'drop'"]),
-        (lambda: AdaConfig(n=4, baseline="batch"), ["ada.baseline", "'pool'", "'group'"]),
-        (lambda: AdaConfig(n=4, schedule="eager"), ["ada.schedule", "'async'", "'sync'"]),
+        (lambda: Seq(n=4, round_size=0), ["ada.round_size=0", ">= 1"]),
+        (lambda: Seq(n=4, max_rounds=0), ["ada.max_rounds=0", ">= 1"]),
+        (lambda: Seq(n=1), ["n_samples_per_prompt", "=1", ">= 2"]),
+        (lambda: Seq(n=8, round_size=2, max_rounds=3), ["6 samples", "n=8"]),
+        (lambda: Seq(n=4, unresolved="retry"), ["ada.unresolved", "'retry'", "'keep'", "'drop'"]),
+        (lambda: Seq(n=4, baseline="batch"), ["ada.baseline", "'pool'", "'group'"]),
+        (lambda: Seq(n=4, schedule="eager"), ["ada.schedule", "'async'", "'sync'"]),
         (lambda: simulate([[1, 0]], n=2, round_size=2, max_rounds=0, mode="pos"), ["ada.max_rounds=0"]),
         (lambda: simulate([[1, 0]], n=2, round_size=0, max_rounds=1, mode="pos"), ["ada.round_size=0"]),
     ],
@@ -289,7 +289,7 @@ def test_bad_input_names_parameter_value_and_accepted(call, words):
 
 
 def test_pool_metrics_by_hand():
-    cfg = AdaConfig(n=2, round_size=2, max_rounds=2)
+    cfg = Seq(n=2, round_size=2, max_rounds=2)
     a = PromptPool(cfg)  # resolved in round 1: rewards 1, 0; lengths 3, 5
     a.add_round([1, 0], [1, 0], lengths=[3, 5])
     b = PromptPool(cfg)  # never resolves, kept: four wrong answers of 4 tokens each

@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from openrlhf_ada.algorithms.adora import ADORA_RULES, AdoraConfig, adora_weights, register_adora_rule, table_weights
-from openrlhf_ada.algorithms.reinforce_ada import EXIT_RULES, AdaConfig, exit_reached, register_exit_rule
+from openrlhf_ada.algorithms.reinforce_ada import EXIT_RULES, Seq, exit_reached, register_exit_rule
 from openrlhf_ada.algorithms.simulation import simulate
 from openrlhf_ada.args import add_project_args
 
@@ -34,7 +34,7 @@ def test_a_registered_exit_rule_is_a_choice_of_the_flag_with_its_help(two_pos):
     assert mode.choices == ("balance", "pos", "two_pos")
     assert mode.help == ("Exit rule: balance (>= floor(n/2) correct and >= n - floor(n/2) wrong), pos (>= 1 correct) "
                          "or two_pos (>= 2 correct)")
-    assert AdaConfig(n=4, mode="two_pos").mode == "two_pos"
+    assert Seq(n=4, mode="two_pos").mode == "two_pos"
 
 
 def test_a_registered_exit_rule_decides_the_rounds_end_to_end(two_pos):
@@ -55,7 +55,7 @@ def test_a_registered_exit_rule_decides_the_rounds_end_to_end(two_pos):
 def test_an_unregistered_exit_rule_is_refused_naming_the_registered_ones(two_pos):
     EXIT_RULES.unregister("two_pos")
     with pytest.raises(ValueError, match=r"ada\.mode='two_pos' is not supported; accepted values: 'balance', 'pos'"):
-        AdaConfig(n=4, mode="two_pos")
+        Seq(n=4, mode="two_pos")
     with pytest.raises(ValueError, match="already registered"):
         register_exit_rule("pos", "again")(lambda num_pos, num_neg, n: True)
     register_exit_rule("two_pos", ">= 2 correct")(two_pos)  # the fixture unregisters it again

@@ -71,9 +71,9 @@ def test_each_strategy_config_holds_only_its_own_settings():
     strategy, and none says which strategy it is (its type does)."""
     from dataclasses import fields
 
-    from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, Est, FixedN
+    from openrlhf_ada.algorithms.reinforce_ada import Est, FixedN, Seq
 
-    seq, est, fixed = ({f.name for f in fields(c)} for c in (AdaConfig, Est, FixedN))
+    seq, est, fixed = ({f.name for f in fields(c)} for c in (Seq, Est, FixedN))
     rounds = {"mode", "round_size", "first_round_size", "max_rounds", "unresolved", "selection", "baseline", "schedule",
               "cancel", "cancel_order", "history_target"}
     allocation = {"preset", "allocation", "n_min", "n_max", "decay", "alpha", "beta", "eps"}

@@ -7,10 +7,10 @@ from openrlhf_ada.algorithms.adora import AdoraConfig, adora_weights, load_weigh
 from openrlhf_ada.algorithms.baselines import group_baseline, group_index
 from openrlhf_ada.algorithms.history import HistoryConfig, PromptHistory, prompt_key
 from openrlhf_ada.algorithms.reinforce_ada import (
-    AdaConfig,
     Est,
     FixedN,
     PromptPool,
+    Seq,
     exit_reached,
     register_exit_rule,
     select_group,
@@ -19,13 +19,13 @@ from openrlhf_ada.algorithms.returns import undiscounted_returns
 from openrlhf_ada.algorithms.simulation import simulate
 
 __all__ = [
-    "AdaConfig",
     "AdoraConfig",
     "Est",
     "FixedN",
     "HistoryConfig",
     "PromptHistory",
     "PromptPool",
+    "Seq",
     "adora_weights",
     "exit_reached",
     "group_baseline",

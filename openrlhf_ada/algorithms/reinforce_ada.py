@@ -112,7 +112,7 @@ def select_group(
 
 
 @dataclass(frozen=True)
-class AdaConfig:
+class Seq:
     """Reinforce-Ada-Seq's settings (--ada.*, --ada.strategy seq), built once from the parsed flags: rounds until the
     exit rule holds, a group of n kept. n is --rollout.n_samples_per_prompt. Est's settings are `Est`'s, not these."""
 
@@ -224,12 +224,12 @@ def _check_prompt_weight(config) -> None:
 class FixedN:
     """One round of n samples, every sample kept as the prompt's group (n may be 1): sampling with a fixed n
     (Reinforce-Ada off), and each Est prompt's pool with its allocated count. The prompt is "resolved" when a sample
-    is correct. A `PromptPool` reads from it what it reads from an `AdaConfig`; what a single round fixes is a
+    is correct. A `PromptPool` reads from it what it reads from a `Seq`; what a single round fixes is a
     constant here (no later round, no cancel, no history, nothing dropped, no prompt weight, upstream's advantages)."""
 
     n: int
-    seed: int = AdaConfig.seed
-    positive_threshold: float = AdaConfig.positive_threshold
+    seed: int = Seq.seed
+    positive_threshold: float = Seq.positive_threshold
     # what one round of n fixes (class constants, not fields)
     max_rounds = 1
     unresolved = "keep"
@@ -287,14 +287,14 @@ class Est:
     alpha: Optional[float] = None  # --ada.est_alpha
     beta: Optional[float] = None  # --ada.est_beta
     eps: Optional[float] = None  # --ada.est_eps
-    positive_threshold: float = AdaConfig.positive_threshold
-    seed: int = AdaConfig.seed
+    positive_threshold: float = Seq.positive_threshold
+    seed: int = Seq.seed
     history: bool = False  # --ada.history: skip prompts saturated in earlier epochs (the estimate is kept regardless)
     history_skip: float = HistoryConfig.skip
     history_window: int = HistoryConfig.window
     prompt_weight: str = "auto"  # auto: the preset's (paper: inv_sqrt_pass_rate, authors: none)
-    prompt_weight_eps: float = AdaConfig.prompt_weight_eps
-    prompt_weight_cap: float = AdaConfig.prompt_weight_cap
+    prompt_weight_eps: float = Seq.prompt_weight_eps
+    prompt_weight_cap: float = Seq.prompt_weight_cap
     # what one pass fixes (class constants, not fields)
     max_rounds = 1
     schedule = "async"
@@ -372,7 +372,7 @@ class PromptPool:
     order. `first_round` (history) replaces the configured schedule by `round_schedule(first_round, cap, max_rounds)`.
     """
 
-    config: Union[AdaConfig, FixedN]  # Seq's rounds, or one round of n (fixed n, each Est prompt)
+    config: Union[Seq, FixedN]  # Seq's rounds, or one round of n (fixed n, each Est prompt)
     rng: Optional[random.Random] = None  # used by selection "random"; see make_rng
     scores: List[float] = field(default_factory=list)
     rewards: List[float] = field(default_factory=list)

@@ -12,7 +12,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from openrlhf_ada.algorithms.estimate import EstConfig, pass_rate_estimate
 from openrlhf_ada.algorithms.history import HistoryConfig, PromptHistory
-from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool, make_rng
+from openrlhf_ada.algorithms.reinforce_ada import PromptPool, Seq, make_rng
 
 
 @dataclass(frozen=True)
@@ -45,14 +45,14 @@ def simulate(
     round_size: int,
     max_rounds: int,
     mode: str,
-    positive_threshold: float = AdaConfig.positive_threshold,
+    positive_threshold: float = Seq.positive_threshold,
     first_round_size: Optional[int] = None,
-    unresolved: str = AdaConfig.unresolved,
-    selection: str = AdaConfig.selection,
+    unresolved: str = Seq.unresolved,
+    selection: str = Seq.selection,
     seed: int = 0,
     length_streams: Optional[Sequence[Sequence[int]]] = None,
-    cancel: bool = AdaConfig.cancel,
-    cancel_order: str = AdaConfig.cancel_order,
+    cancel: bool = Seq.cancel,
+    cancel_order: str = Seq.cancel_order,
     history: Optional[PromptHistory] = None,
     prompt_keys: Optional[Sequence[str]] = None,
     epoch: int = 0,
@@ -72,7 +72,7 @@ def simulate(
     if cancel and length_streams is None:
         raise ValueError("simulate(cancel=True) needs length_streams: samples arrive in the order of their lengths")
     hist = history.config if history is not None else HistoryConfig()
-    config = AdaConfig(
+    config = Seq(
         n=n,
         mode=mode,
         round_size=round_size,
@@ -152,7 +152,7 @@ def simulate_est(
     history: PromptHistory,
     prompt_keys: Sequence[str],
     epoch: int = 0,
-    positive_threshold: float = AdaConfig.positive_threshold,
+    positive_threshold: float = Seq.positive_threshold,
     length_streams: Optional[Sequence[Sequence[int]]] = None,
 ) -> List[SimResult]:
     """One Reinforce-Ada-Est step over the given prompts (stream p = the rewards prompt p would produce; rewards

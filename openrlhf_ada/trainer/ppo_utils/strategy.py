@@ -1,7 +1,7 @@
 """The sampling strategy of the training steps, chosen once from the flags.
 
     fixed n   (--ada.enable off, n >= 2)  each prompt one round of n, every sample kept    `FixedN`     `FixedNStep`
-    Seq       (--ada.enable)              rounds until the exit rule holds, n kept          `AdaConfig`  `RoundStep`
+    Seq       (--ada.enable)              rounds until the exit rule holds, n kept          `Seq`        `RoundStep`
     Est       (--ada.strategy est)        one round of an allocated count, every one kept   `Est`        `EstStep`
     upstream  (n = 1, or a reward model that scores after generation)                     None
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Union
 
-from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, Est, FixedN
+from openrlhf_ada.algorithms.reinforce_ada import Est, FixedN, Seq
 from openrlhf_ada.args import sampling_config
 from openrlhf_ada.trainer.ppo_utils.est_step import EstStep
 from openrlhf_ada.trainer.ppo_utils.round_loop import FixedNStep, RoundStep
@@ -32,7 +32,7 @@ class Sampling:
     plans; --ada.skip greso keeps one for any strategy, the generator's concern)."""
 
     name: str
-    config: Union[FixedN, AdaConfig, Est]
+    config: Union[FixedN, Seq, Est]
     step: type
     transport: type
     carries_short_step: bool
@@ -45,7 +45,7 @@ def choose_sampling(args) -> Optional[Sampling]:
     config = sampling_config(args)
     if isinstance(config, Est):
         return Sampling("est", config, EstStep, RoundTransport, carries_short_step=False, keeps_history=True)
-    if isinstance(config, AdaConfig):
+    if isinstance(config, Seq):
         transport = StreamTransport if config.cancel else RoundTransport
         return Sampling("seq", config, RoundStep, transport, carries_short_step=True, keeps_history=config.history)
     if isinstance(config, FixedN):
