@@ -202,6 +202,7 @@ def test_adora_and_seq_with_http_rewards_critic_penalty_is_correction_eval_and_f
     check_zero2(run)
     rows = step_rows(tmp_path)
     assert sorted(rows) == [1, 2] and [rows[s]["rollout/num_samples"] for s in (1, 2)] == [16, 16]
+    check_ledger(rows, 9)
     # the server scored every generated training sample (8 mixed prompts x 4, the never-solved one 2 rounds x 4)
     generated = sum(rows[s]["ada_samples_generated"] for s in rows)
     assert reward_server.calls("mixed") + reward_server.calls("never") == generated == 8 * 4 + 2 * 4
@@ -321,6 +322,30 @@ def check_async_run(run, rows: dict, tmp_path: Path) -> None:
     assert async_eval_logged(tmp_path).get("eval/eval_num_samples"), async_eval_logged(tmp_path)
 
 
+PROMPT_OUT = ("trained", "skipped", "filtered", "failed", "dropped", "cut", "left_at_end", "carried_out")
+SAMPLE_OUT = ("trained", "released", "cut", "left_at_end", "carried_out")
+
+
+def check_ledger(rows: dict, prompts: int, prompt_terms: bool = True) -> None:
+    """The step ledger as logged (the rows' keys, not the project's checker): every step's samples handed to the
+    trainer were trained by the ranks; the generator's prompt and sample identities balance on every step; the run's
+    one pass drew every prompt of the data once and its coverage was logged with none unaccounted. Upstream's own
+    generation path (`prompt_terms` False) logs the sample terms only."""
+    for step, row in rows.items():
+        assert row["ledger/samples_trained"] == row["ledger/samples_trained_by_ranks"] == row["rollout/num_samples"], \
+            (step, row)
+        samples_in = row["ledger/samples_generated"] + row["ledger/samples_carried_in"]
+        assert samples_in == sum(row[f"ledger/samples_{t}"] for t in SAMPLE_OUT), (step, row)
+        if prompt_terms:
+            drawn = row["ledger/prompts_drawn"] + row["ledger/prompts_carried_in"]
+            assert drawn == sum(row[f"ledger/prompts_{t}"] for t in PROMPT_OUT), (step, row)
+    if prompt_terms:
+        assert sum(row["ledger/prompts_drawn"] for row in rows.values()) == prompts, rows
+        epochs = [row for row in rows.values() if "ledger/epoch_prompts_unaccounted" in row]
+        assert len(epochs) == 1 and epochs[0]["ledger/epoch_prompts_unaccounted"] == 0, epochs
+        assert epochs[0]["ledger/epoch_prompts_drawn"] == prompts, epochs
+
+
 def async_eval_logged(tmp_path: Path) -> dict:
     """The async trainer logs evaluation to tensorboard only (upstream's log_eval: eval/<key>)."""
     scalars = _p.tensorboard_scalars(tmp_path / "tb")
@@ -349,6 +374,7 @@ def test_est_async_partial_rollout_with_http_rewards_penalty_is_correction_and_e
     check_dynamic_batches(run, 16)
     rows = step_rows(tmp_path)
     assert sorted(rows) == [1, 2, 3] and all(rows[s]["rollout/num_samples"] == 16 for s in rows)
+    check_ledger(rows, 12)
     assert reward_server.calls("mixed") == sum(rows[s]["ada_samples_generated"] for s in rows) == 12 * 4
     for row in rows.values():
         assert (row["ada_alloc_min"], row["ada_alloc_max"]) == (4, 4)
@@ -381,6 +407,9 @@ def test_adora_seq_cancel_async_partial_rollout_with_an_agent_critic_penalty_is_
     rows = step_rows(tmp_path)
     assert sorted(rows) == [1, 2, 3] and all(rows[s]["rollout/num_samples"] == 16 for s in rows)
     assert sum(rows[s]["ada_dynamic_filtered"] for s in rows) == 1
+    check_ledger(rows, 13)
+    assert sum(rows[s]["ledger/prompts_filtered"] for s in rows) == 1 and sum(
+        rows[s]["ledger/samples_cancelled"] + rows[s]["ledger/samples_released"] for s in rows) > 0
     for row in rows.values():
         check_agent_rewards(row)
         assert row["adora_weight_mean"] > 0 and row["critic_loss"] > 0
@@ -427,8 +456,9 @@ def test_features_off_async_partial_rollout_with_http_rewards_critic_penalty_is_
     for row in rows.values():
         assert row["ledger/prompts_drawn"] + row["ledger/prompts_carried_in"] == sum(
             row[f"ledger/prompts_{t}"] for t in ("trained", "skipped", "filtered", "failed", "dropped", "cut",
-                                                 "carried_out")), row
+                                                 "left_at_end", "carried_out")), row
     assert sum(scalars.get("train/ledger/prompts_trained", {}).values()) == 12, scalars.get("train/ledger/prompts_trained")
+    check_ledger(rows, 13)
     check_async_run(run, rows, tmp_path)
     evals = reward_server.calls("eval")
     assert evals and evals % (EVAL_PROMPTS * EVAL_N) == 0
@@ -447,6 +477,7 @@ def test_features_off_with_an_agent_and_one_sample_per_prompt(tmp_path, tiny_lla
     check_zero2(run)
     rows = step_rows(tmp_path)
     assert sorted(rows) == [1, 2] and [rows[s]["rollout/num_samples"] for s in (1, 2)] == [BATCH, BATCH]
+    check_ledger(rows, 8, prompt_terms=False)  # upstream's generation path: its sample terms
     for row in rows.values():
         check_agent_rewards(row)
         assert not [k for k in row if k.startswith("adora")], row
@@ -471,6 +502,7 @@ def test_est_with_an_agent_and_dynamic_filtering(tmp_path, tiny_llama_path):
     rows = step_rows(tmp_path)
     assert sorted(rows) == [1, 2] and [rows[s]["rollout/num_samples"] for s in (1, 2)] == [16, 16]
     assert sum(rows[s]["ada_dynamic_filtered"] for s in rows) == 1  # the never-solved prompt, replaced
+    check_ledger(rows, 9)
     for row in rows.values():
         assert (row["ada_alloc_min"], row["ada_alloc_max"]) == (4, 4)
         check_agent_rewards(row)

@@ -179,3 +179,32 @@ def test_a_loader_restarted_mid_epoch_is_caught_by_the_epochs_coverage(fake_ray,
     with pytest.raises(LedgerError, match=r"epoch 0: the prompt coverage does not balance: 4 prompt\(s\) .*"
                                           r"ledger/epoch_prompts_drawn = 15"):
         run_epochs(gen, epochs=1)
+
+
+@pytest.mark.parametrize("last_pass", [0, None], ids=["run_ends", "run_goes_on"])
+def test_what_the_runs_last_step_holds_back_is_named_not_carried(last_pass, fake_ray, epochs_checked, caplog):
+    """Fixed n, one pass of 11 prompts in steps of 4: 4, 4, then 3 prompts (12 samples), cut to 8 (2 groups) with
+    one group of 4 samples held back. When that pass ends the run (the cluster trainers: --train.num_episodes 1), the
+    group is left at the end, named in the ledger and a warning, and the epoch's coverage closes in the same call;
+    when the run goes on (train_local, or a later episode), it is carried out and the coverage waits for it."""
+    gen = make_generator(CASES["fixed_n"])
+    gen.last_pass = last_pass
+    ledgers = []
+    exhausted = False
+    while not exhausted:
+        samples, _, _, exhausted = gen.generate_samples(**GEN)
+        ledgers.append(dict(samples.ledger))
+    last = ledgers[-1]
+    balanced(last)
+    assert [m[ledger.sample_metric("trained")] for m in ledgers] == [16.0, 16.0, 8.0]
+    if last_pass == 0:
+        assert last[ledger.prompt_metric("left_at_end")] == 1.0 and last[ledger.sample_metric("left_at_end")] == 4.0
+        assert last[ledger.prompt_metric("carried_out")] == 0.0 and gen._carry == []
+        assert [e for e, _ in epochs_checked] == [0]
+        assert last["ledger/epoch_prompts_left_at_end"] == 1.0 and last[ledger.EPOCH_UNACCOUNTED] == 0.0
+        assert last["ledger/epoch_prompts_trained"] == 10.0
+        assert "1 prompt group(s) (4 samples) generated and never trained" in caplog.text
+    else:
+        assert last[ledger.prompt_metric("left_at_end")] == 0.0 and last[ledger.prompt_metric("carried_out")] == 1.0
+        assert len(gen._carry) == 4 and epochs_checked == []
+        assert "never trained" not in caplog.text

@@ -314,13 +314,13 @@ def test_the_prompt_identity_on_hand_made_counts():
     counts = dict(drawn=11, carried_in=1, trained=7, skipped=2, filtered=1, failed=0, dropped=1, cut=0, carried_out=1)
     metrics = check_prompts(4, counts)
     assert metrics[prompt_metric("drawn")] == 11.0 and metrics[prompt_metric("carried_out")] == 1.0
-    assert len(metrics) == 9  # every term, missing ones as 0
+    assert len(metrics) == 10  # every term, missing ones as 0
     assert check_prompts(1, {})[prompt_metric("cut")] == 0.0
     with pytest.raises(LedgerError) as caught:
         check_prompts(4, {**counts, "trained": 6})
     message = str(caught.value)
     assert message.startswith("step 4: the prompt ledger does not balance: drawn + carried_in = 12 but trained + "
-                              "skipped + filtered + failed + dropped + cut + carried_out = 11")
+                              "skipped + filtered + failed + dropped + cut + left_at_end + carried_out = 11")
     assert "ledger/prompts_trained = 6" in message and "1 prompt unaccounted for" in message
     with pytest.raises(LedgerError, match="1 prompt counted twice"):
         check_prompts(4, {**counts, "cut": 1})
@@ -333,7 +333,7 @@ def test_the_sample_identity_on_hand_made_counts():
     counts = dict(generated=20, carried_in=4, trained=12, released=8, cut=0, carried_out=4)
     assert check_generated_samples(2, counts)[sample_metric("released")] == 8.0
     with pytest.raises(LedgerError, match=r"step 2: the sample ledger does not balance: generated \+ carried_in = 24 "
-                                          r"but trained \+ released \+ cut \+ carried_out = 23 .*ledger/samples_cut = 0"):
+                                          r"but trained \+ released \+ cut \+ left_at_end \+ carried_out = 23 .*ledger/samples_cut = 0"):
         check_generated_samples(2, {**counts, "released": 7})
 
 

@@ -24,12 +24,14 @@ The identity: samples_trained == samples_trained_by_ranks. `check_samples` is pu
 The generator's side (counted where each event happens: the round loop's draw, settle and build, the samples
 generator's carry and short-step cut; docs/metrics.md), checked at the end of every training generation call:
 
-    prompts:  drawn + carried_in = trained + skipped + filtered + failed + dropped + cut + carried_out
-    samples:  generated + carried_in = trained + released + cut + carried_out
+    prompts:  drawn + carried_in = trained + skipped + filtered + failed + dropped + cut + left_at_end + carried_out
+    samples:  generated + carried_in = trained + released + cut + left_at_end + carried_out
 
 `prompts_dropped` names the prompts `--ada.unresolved drop` settles without a group (replaced by the next prompt);
 `prompts_cut` / `samples_cut` the groups a short step's cut removes where the strategy does not carry them (Est,
-upstream's generation path): a real loss, named. `samples_cancelled` (requests `--ada.cancel` cancelled before they
+upstream's generation path): a real loss, named. `prompts_left_at_end` / `samples_left_at_end` name the groups the
+run's last step holds back (a short step's rest, upstream's buffer of accepted groups) when no step follows: the run
+ends with them generated and never trained. `samples_cancelled` (requests `--ada.cancel` cancelled before they
 came back) is logged, not a term: those samples were never generated. And per epoch, once its last prompt is
 settled: every prompt the epoch drew has exactly one final outcome, counted with multiplicities by prompt key, and
 no prompt was drawn more often than the data holds it (nor, for a whole epoch, less): `epoch_unaccounted`.
@@ -85,13 +87,13 @@ def check_samples(step: int, samples_trained: int, samples_trained_by_ranks: int
 
 #: The prompt terms, left side first: drawn + carried_in = the rest.
 PROMPT_IN = ("drawn", "carried_in")
-PROMPT_OUT = ("trained", "skipped", "filtered", "failed", "dropped", "cut", "carried_out")
+PROMPT_OUT = ("trained", "skipped", "filtered", "failed", "dropped", "cut", "left_at_end", "carried_out")
 #: The sample terms, left side first: generated + carried_in = the rest.
 SAMPLE_IN = ("generated", "carried_in")
-SAMPLE_OUT = ("trained", "released", "cut", "carried_out")
+SAMPLE_OUT = ("trained", "released", "cut", "left_at_end", "carried_out")
 SAMPLES_CANCELLED = "ledger/samples_cancelled"
 #: The final outcomes of a prompt in its epoch (carried_out is not final: the group is trained in a later step).
-OUTCOMES = ("trained", "skipped", "filtered", "failed", "dropped", "cut")
+OUTCOMES = ("trained", "skipped", "filtered", "failed", "dropped", "cut", "left_at_end")
 EPOCH_UNACCOUNTED = "ledger/epoch_prompts_unaccounted"
 
 
@@ -123,13 +125,13 @@ def _identity(step: int, what: str, counts: Mapping[str, int], left: Sequence[st
 
 def check_prompts(step: int, counts: Mapping[str, int]) -> Dict[str, float]:
     """The step's prompt terms as metrics; LedgerError when drawn + carried_in != trained + skipped + filtered +
-    failed + dropped + cut + carried_out."""
+    failed + dropped + cut + left_at_end + carried_out."""
     return _identity(step, "prompt", counts, PROMPT_IN, PROMPT_OUT, prompt_metric)
 
 
 def check_generated_samples(step: int, counts: Mapping[str, int]) -> Dict[str, float]:
     """The step's generator-side sample terms as metrics; LedgerError when generated + carried_in != trained +
-    released + cut + carried_out."""
+    released + cut + left_at_end + carried_out."""
     return _identity(step, "sample", counts, SAMPLE_IN, SAMPLE_OUT, sample_metric)
 
 

@@ -201,6 +201,7 @@ def install_cluster_samples_generator(owner) -> None:
     generator = RoundsSamplesGenerator.from_upstream(owner.samples_generator,
                                                   batch_unit=short_step_unit(owner.samples_generator.args))
     generator.stop_on_engine_loss = True
+    generator.last_pass = owner.samples_generator.args.train.num_episodes - 1  # upstream's episodes are passes
     generator.prompts_dataloader = owner.prompts_dataloader = LoaderWithSamplerState(owner.prompts_dataloader,
                                                                                       generator)
     owner.samples_generator = generator

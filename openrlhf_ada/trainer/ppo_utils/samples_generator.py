@@ -127,6 +127,9 @@ class RoundsSamplesGenerator(SamplesGenerator):
         self.pool_config = self.sampling.config if self.sampling is not None else None
         self.fault = fault_config(self.args)
         self.batch_unit = n  # a short step holds a multiple of this many samples (the cluster trainers set it)
+        # the pass over the data (from 0) whose end ends the run: what a step holds back then is never trained (the
+        # cluster trainers: --train.num_episodes - 1); None: the run ends otherwise (train_local, at its max steps)
+        self.last_pass: Optional[int] = None
         self._carry: List[Experience] = []  # whole groups held back from a short step for the next one
         self._in_eval = False
         self._step = 0  # counts training generation calls; keys the per-prompt random generators
@@ -242,14 +245,19 @@ class RoundsSamplesGenerator(SamplesGenerator):
         self._tally = {"prompts": Counter(), "samples": Counter()}
         self._count_groups("carried_in", buffered)  # upstream's buffer of over-sampled groups, from an earlier call
         samples, pass_rate, consumed, exhausted = super().generate_samples(**generate_kwargs)
-        self._count_groups("carried_out", getattr(self, "_sample_buffer", None) or [])
+        # what this call holds back for a later step is never trained when none follows: the run's last pass ended
+        run_ends = exhausted and self.last_pass is not None and self._epoch >= self.last_pass
+        held = "left_at_end" if run_ends else "carried_out"
+        self._count_groups(held, getattr(self, "_sample_buffer", None) or [])
         full = self.args.rollout.batch_size * self.args.rollout.n_samples_per_prompt
         if samples and len(samples) < full:
             kept = self._cut_short_step(samples)
             # the groups after the cut: carried (fixed n, Seq) or cut, a loss the ledger names (Est)
-            self._count_groups("carried_out" if self.carries_short_step else "cut", samples[len(kept):])
+            self._count_groups(held if self.carries_short_step else "cut", samples[len(kept):])
             samples = kept
         self._count_groups("trained", samples)
+        if run_ends:
+            self._leave_at_end()
         if exhausted and self._epoch >= 0:
             self._epochs_done.add(self._epoch)
         samples = self._close_ledger(samples)
@@ -282,6 +290,19 @@ class RoundsSamplesGenerator(SamplesGenerator):
                        f"so that the step is whole train batches that every data-parallel rank splits alike (a "
                        f"multiple of {self.batch_unit} samples)")
         return trained
+
+    def _leave_at_end(self) -> None:
+        """The run's last pass ended: the groups a short step held back for a next step are let go (counted as
+        `left_at_end` where the call counted them; upstream's buffer of accepted groups is empty whenever a pass ends)
+        and named in a warning, so that the last epoch's coverage closes now and nothing is silently generated and
+        never trained."""
+        if not self._carry:
+            return
+        logger.warning(f"the run ends with {len(group_ids(self._carry))} prompt group(s) ({len(self._carry)} samples) "
+                       "generated and never trained: the last step of the last pass held them back (a step is whole "
+                       "train batches that every rank splits alike) and no step follows. They are counted as "
+                       "ledger/prompts_left_at_end and ledger/samples_left_at_end")
+        self._carry = []
 
     @torch.no_grad()
     def generate_eval_samples(self, **generate_kwargs) -> List[Experience]:
