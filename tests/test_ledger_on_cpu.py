@@ -55,8 +55,8 @@ def test_two_ranks_with_dynamic_batching_train_every_sample_and_a_lost_one_stops
     # the generator's side of step 1: 3 prompts drawn, 2 groups trained, 1 carried into step 2; 12 samples generated
     # (fixed n keeps them all), 8 trained, 4 carried. Step 2's generator check (with epoch 0's coverage: 3 prompts
     # drawn, 3 trained, the carried group counted where it is trained) passes: the run stops at the ranks' check
-    assert [rows[0][prompt_metric(t)] for t in (*PROMPT_IN, *PROMPT_OUT)] == [3, 0, 2, 0, 0, 0, 0, 0, 1], rows[0]
-    assert [rows[0][sample_metric(t)] for t in (*SAMPLE_IN, *SAMPLE_OUT)] == [12, 0, 8, 0, 0, 4], rows[0]
+    assert [rows[0][prompt_metric(t)] for t in (*PROMPT_IN, *PROMPT_OUT)] == [3, 0, 2, 0, 0, 0, 0, 0, 0, 1], rows[0]
+    assert [rows[0][sample_metric(t)] for t in (*SAMPLE_IN, *SAMPLE_OUT)] == [12, 0, 8, 0, 0, 0, 4], rows[0]
     assert "coverage does not balance" not in run.log and "prompt ledger" not in run.log, run.tail()
     assert (tmp_path / "ckpt" / "_actor" / "latest").read_text().strip() == "global_step1"
 
