@@ -90,9 +90,9 @@ class AdoraPoolTrainerMixin:
         self._ledger_step, self._ledger_samples_trained = step, count_samples(rollout_samples)
         status, global_step = super().train_step(rollout_samples, global_step)
         status.update(signal_metrics)
-        # the generator's step ledger, checked where it was counted: beside the samples (not in their `info`, which
-        # would change the trained batch), here in the sync trainer's process and in the async training actor's
-        status.update({k: v for k, v in getattr(rollout_samples, "ledger", {}).items() if k not in status})
+        # the generator's step ledger, checked where it was counted, and the step's metrics: beside the samples (not
+        # in their `info`, a tensor per sample), here in the sync trainer's process and in the async training actor's
+        status.update({k: v for k, v in beside_samples(rollout_samples).items() if k not in status})
         return status, global_step
 
     def ppo_train(self, global_steps: int) -> dict:
@@ -151,6 +151,16 @@ class AdoraPoolTrainerMixin:
         if step == global_step and getattr(self, "_metrics_writer", None) is not None:
             self._metrics_writer.write(global_step, {**row, **named})  # the step's row again, with its evaluation
         return logs
+
+
+def beside_samples(rollout_samples) -> dict:
+    """What the generator hands over beside a step's samples (`StepSamples`), as the cluster trainers log it with
+    the step's status: the step ledger under its own names (`ledger/...`), and the step's Reinforce-Ada and fault
+    metrics under the names they were logged by when they rode in every sample's `info` ("/" written "_":
+    `ada_eta`, `fault_failed_share`; docs/metrics.md), which upstream's loggers and metrics.jsonl keep showing."""
+    out = dict(getattr(rollout_samples, "ledger", {}))
+    out.update({key.replace("/", "_"): value for key, value in getattr(rollout_samples, "metrics", {}).items()})
+    return out
 
 
 def standard_metrics(status: dict, n: int) -> dict:

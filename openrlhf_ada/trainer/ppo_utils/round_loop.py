@@ -42,8 +42,9 @@ moves data between the pools and the engines:
   skipped prompt is counted (`ada/greso_skipped`) and the next one taken, and after the step the generator moves
   p_easy / p_hard by the step's rolled-out groups (`ada/greso_p_easy`, `ada/greso_p_hard`);
 - the kept samples of each accepted prompt, contiguous, in the order the prompts were drawn; each sample's `info`
-  carries its group's id (`ada_group`: what every consumer after the build reads the groups from), the pool
-  statistics (for the pool baseline) and the step's Reinforce-Ada metrics (for logging).
+  carries its group's id (`ada_group`: what every consumer after the build reads the groups from) and the pool
+  statistics (for the pool baseline). The step's Reinforce-Ada metrics are not in any sample: the generator notes
+  them once per group (`note_group_metrics`) and hands them over beside the samples (`StepSamples.metrics`).
 
 How rounds reach the engines and come back is the transport the generator gives the step (transport.py): one
 upstream call per round (`RoundTransport`), or with `--ada.cancel` one stream per round whose rest is cancelled once
@@ -403,12 +404,13 @@ class RoundStep:
 
     def build(self, metrics: dict) -> List[Experience]:
         """The carried groups, then the kept samples of each accepted prompt in the order drawn, each with its group's
-        id (`ada_group`, a new one per group from the generator: every consumer reads the groups from it), its pool's
-        statistics (for the pool baseline) and the step's metrics in `info`. A value the samples share is one tensor,
-        shared: nothing changes an `info` tensor in place, and the micro-batches concatenate them into new ones."""
+        id (`ada_group`, a new one per group from the generator: every consumer reads the groups from it) and its
+        pool's statistics (for the pool baseline) in `info`. A value the samples share is one tensor, shared: nothing
+        changes an `info` tensor in place, and the micro-batches concatenate them into new ones. The step's metrics
+        stay out of `info` (one value per step, not per sample): the generator notes them for each group built
+        (`note_group_metrics`) and hands them over beside the samples it returns."""
         out: List[Experience] = list(self.carried)
         weighted = self.config.weight_kind != "none"
-        step_info = {key.replace("/", "_"): torch.tensor([float(value)]) for key, value in metrics.items()}
         for item in sorted(self.finished, key=lambda it: it.uid):
             kept = self.accepted.get(item.uid)
             if not kept:
@@ -416,6 +418,7 @@ class RoundStep:
             pool = item.pool
             group = self.gen.new_group_id()
             self.gen.ledger_group(group, *self.origin[item.uid])
+            self.gen.note_group_metrics(group, metrics)
             pool_info = {"ada_group": group,
                          "ada_pool_count": torch.tensor([float(pool.count)]), "ada_pool_mean": torch.tensor([pool.mean]),
                          "ada_pool_std": torch.tensor([pool.std]), "ada_samples": torch.tensor([float(pool.samples)])}
@@ -424,7 +427,6 @@ class RoundStep:
             for index, e in zip(pool.select(), kept):
                 e.info["ada_pool_index"] = torch.tensor([float(index)])
                 e.info.update(pool_info)
-                e.info.update(step_info)
             out.extend(kept)
         logger.info(
             f"{self.title} step {self.step}: {len(self.accepted)} groups "

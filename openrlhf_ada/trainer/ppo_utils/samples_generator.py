@@ -32,7 +32,12 @@ What reaches upstream's trainer is made safe for it (`generate_samples`):
 - the step ledger's generator side (trainer/ledger.py): what became of every prompt drawn and every sample generated,
   counted where it happens (the step's draw, settle and build through `ledger_*`, the carry, the cut and upstream's
   buffer here), checked at the end of every call, each epoch's coverage once its last prompt is settled, and handed
-  over beside the samples (`StepSamples.ledger`), never in their `info`.
+  over beside the samples (`StepSamples.ledger`), never in their `info`;
+- the step's Reinforce-Ada and fault metrics (`ada/*`, `fault/*`: one value per step) travel the same way
+  (`StepSamples.metrics`), not in every kept sample's `info`: each group built notes its step's metrics, and the
+  metrics handed over are their mean over the trained samples (what upstream's mean of a per-sample `info` value
+  gave when they rode in `info`, a step's samples coming from one step or, carried groups and upstream's buffer of
+  over-sampled groups, from several).
 Evaluation leaves out the prompts whose samples got no reward (counted and logged) instead of crashing upstream's
 metrics.
 """
@@ -66,10 +71,14 @@ logger = init_logger(__name__)
 
 class StepSamples(list):
     """A training step's samples, as `generate_samples` returns them, with the generator's step ledger (`ledger`:
-    its metrics, docs/metrics.md) beside them and not in any sample's `info`: the trainers log it with the step's
-    status, and it travels with the samples to upstream's async training actor."""
+    its metrics, docs/metrics.md) and the step's Reinforce-Ada and fault metrics (`metrics`, named as the generator's
+    `last_metrics`: `ada/eta`, `fault/failed_share`, ...) beside them and not in any sample's `info`: the cluster
+    trainers log both with the step's status, and they travel with the samples to upstream's async training actor.
+    A step's metrics cost one small dict per step this way; in `info` they were one tensor per metric per sample,
+    concatenated, shipped and padded with every batch."""
 
     ledger: Dict[str, float] = {}
+    metrics: Dict[str, float] = {}
 
 
 def group_ids(samples: List[Experience]) -> List[int]:
@@ -80,6 +89,17 @@ def group_ids(samples: List[Experience]) -> List[int]:
         if not ids or ids[-1] != gid:
             ids.append(gid)
     return ids
+
+
+def mean_over_samples(per_group: List[Tuple[int, dict]], total: int) -> Dict[str, float]:
+    """The mean over `total` samples of metrics noted per group: `per_group` is (the group's sample count, its
+    metrics) for every group; a metric a group lacks counts 0 for its samples (as `uniform_info_keys` fills a key
+    missing from some samples). Keys in the order they first appear."""
+    sums: Dict[str, float] = {}
+    for size, metrics in per_group:
+        for key, value in metrics.items():
+            sums[key] = sums.get(key, 0.0) + size * float(value)
+    return {key: value / total for key, value in sums.items()} if total else {}
 
 
 def dataset_prompt_counts(loader) -> Optional[Counter]:
@@ -262,6 +282,7 @@ class RoundsSamplesGenerator(SamplesGenerator):
             self._epochs_done.add(self._epoch)
         samples = self._close_ledger(samples)
         self.last_group_sizes = trained_group_sizes(samples)
+        self._close_metrics(samples)
         filled = uniform_info_keys(samples)
         if filled:
             logger.warning(f"info keys missing from some samples of this step, set to 0: {filled} (a reward file "
@@ -429,6 +450,33 @@ class RoundsSamplesGenerator(SamplesGenerator):
         self.last_ledger = out.ledger
         self._ledger_pending, self._ledger_epoch = Counter(), {}
         return out
+
+    # -- the step's metrics, beside the samples ----------------------------------------------------------------------
+    @property
+    def _group_metrics(self) -> Dict[int, dict]:
+        """group id -> the metrics of the step that built the group, for the groups not yet handed over."""
+        table = self.__dict__.get("_group_metrics_table")
+        if table is None:
+            table = self.__dict__["_group_metrics_table"] = {}
+        return table
+
+    def note_group_metrics(self, group: torch.Tensor, metrics: dict) -> None:
+        """A built group and its step's metrics (one dict the step's groups share), kept until the group is handed
+        over: it may be carried or wait in upstream's buffer and be trained with a later call's groups."""
+        self._group_metrics[int(group.reshape(-1)[0])] = metrics
+
+    def _close_metrics(self, samples: List[Experience]) -> None:
+        """Hand the step's metrics over beside the samples (`StepSamples.metrics`): their mean over the trained
+        samples, each sample counting its group's step (`mean_over_samples`); then forget every group but those
+        still waiting (carried, or in upstream's buffer)."""
+        table = self._group_metrics
+        if samples:
+            per_group = [(size, table.get(gid, {})) for gid, size in zip(group_ids(samples), self.last_group_sizes)]
+            samples.metrics = mean_over_samples(per_group, len(samples))
+        waiting = group_ids(self._carry) + group_ids(getattr(self, "_sample_buffer", None) or [])
+        kept = {gid: table[gid] for gid in waiting if gid in table}
+        table.clear()
+        table.update(kept)
 
     def _check_epochs(self) -> Dict[str, float]:
         """Coverage of every epoch whose loader ran out and whose prompts are all settled (none in a group carried
