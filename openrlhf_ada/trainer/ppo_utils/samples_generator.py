@@ -255,7 +255,8 @@ class RoundsSamplesGenerator(SamplesGenerator):
     def generate_samples(self, **generate_kwargs):
         """Upstream's (its buffering of over-sampled groups included), plus what keeps upstream's trainer safe: the
         same info keys in the same order in every sample, a short step cut to whole `batch_unit`s (the rest carried
-        into the next episode), and the dynamic-filtering pass rate in groups."""
+        into the next episode), and the dynamic-filtering pass rate in groups. The samples come back as a
+        `StepSamples` with the step's ledger and metrics beside them."""
         if getattr(self, "_dataloader_iter", None) is None and not getattr(self, "_sample_buffer", None):
             # upstream starts a fresh iterator of the prompt loader now: a new pass over the data, unless it
             # continues the epoch a checkpoint was taken in
