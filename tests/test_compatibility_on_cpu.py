@@ -459,6 +459,10 @@ def test_features_off_async_partial_rollout_with_http_rewards_critic_penalty_is_
                                                  "left_at_end", "carried_out")), row
     assert sum(scalars.get("train/ledger/prompts_trained", {}).values()) == 12, scalars.get("train/ledger/prompts_trained")
     check_ledger(rows, 13)
+    # the step's metrics, beside the samples too, reach tensorboard under the names they had as info keys (1 group
+    # filtered in all), as in metrics.jsonl
+    assert sum(scalars.get("train/ada_dynamic_filtered", {}).values()) == 1, scalars.get("train/ada_dynamic_filtered")
+    assert scalars.get("train/ada_samples_generated") == {s: rows[s]["ada_samples_generated"] for s in rows}, scalars
     check_async_run(run, rows, tmp_path)
     evals = reward_server.calls("eval")
     assert evals and evals % (EVAL_PROMPTS * EVAL_N) == 0
