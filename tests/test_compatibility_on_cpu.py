@@ -326,11 +326,11 @@ PROMPT_OUT = ("trained", "skipped", "filtered", "failed", "dropped", "cut", "lef
 SAMPLE_OUT = ("trained", "released", "cut", "left_at_end", "carried_out")
 
 
-def check_ledger(rows: dict, prompts: int, prompt_terms: bool = True) -> None:
+def check_ledger(rows: dict, prompts: int, prompt_terms: bool = True, epochs: int = 1) -> None:
     """The step ledger as logged (the rows' keys, not the project's checker): every step's samples handed to the
-    trainer were trained by the ranks; the generator's prompt and sample identities balance on every step; the run's
-    one pass drew every prompt of the data once and its coverage was logged with none unaccounted. Upstream's own
-    generation path (`prompt_terms` False) logs the sample terms only."""
+    trainer were trained by the ranks; the generator's prompt and sample identities balance on every step; each of
+    the run's `epochs` passes drew every one of the data's `prompts` once and its coverage was logged with none
+    unaccounted. Upstream's own generation path (`prompt_terms` False) logs the sample terms only."""
     for step, row in rows.items():
         assert row["ledger/samples_trained"] == row["ledger/samples_trained_by_ranks"] == row["rollout/num_samples"], \
             (step, row)
@@ -340,10 +340,11 @@ def check_ledger(rows: dict, prompts: int, prompt_terms: bool = True) -> None:
             drawn = row["ledger/prompts_drawn"] + row["ledger/prompts_carried_in"]
             assert drawn == sum(row[f"ledger/prompts_{t}"] for t in PROMPT_OUT), (step, row)
     if prompt_terms:
-        assert sum(row["ledger/prompts_drawn"] for row in rows.values()) == prompts, rows
-        epochs = [row for row in rows.values() if "ledger/epoch_prompts_unaccounted" in row]
-        assert len(epochs) == 1 and epochs[0]["ledger/epoch_prompts_unaccounted"] == 0, epochs
-        assert epochs[0]["ledger/epoch_prompts_drawn"] == prompts, epochs
+        assert sum(row["ledger/prompts_drawn"] for row in rows.values()) == prompts * epochs, rows
+        covered = [row for row in rows.values() if "ledger/epoch_prompts_unaccounted" in row]
+        assert [row["ledger/epoch"] for row in covered] == list(range(epochs)), covered
+        for row in covered:
+            assert row["ledger/epoch_prompts_unaccounted"] == 0 and row["ledger/epoch_prompts_drawn"] == prompts, row
 
 
 def async_eval_logged(tmp_path: Path) -> dict:
@@ -356,29 +357,35 @@ def test_est_async_partial_rollout_with_http_rewards_penalty_is_correction_and_e
                                                                                    reward_server):
     """Reinforce-Ada-Est in the async trainer with partial rollout (engines paused, not drained, for each weight
     sync), the HTTP reward server, the overlong penalty, IS correction, evaluation and dynamic batching (so
-    packing), with Knapsack-RL's allocation and GRESO's skip switched on. 12 prompts, all unseen: each gets
-    alpha / (alpha + beta) = 1/2 as its pass-rate estimate, so 4 samples (n = 4 on average; the knapsack's
-    increments tie for equal estimates), 2 + 2 from the server: 3 steps of 16. One epoch: GRESO has no history to
-    skip by and does not adapt in it (nothing skipped, p_easy = p_hard = 0.5, logged every step). The generator
+    packing), on ZeRO-2, with Knapsack-RL's allocation and GRESO's skip switched on, over three epochs. 12 prompts,
+    all unseen at first: each gets alpha / (alpha + beta) = 1/2 as its pass-rate estimate, so 4 samples (n = 4 on
+    average; the knapsack's increments tie for equal estimates), 2 + 2 from the server: 3 steps of 16 an epoch. Each
+    later epoch's estimate stays 1/2 ((1 + 2) / (2 + 4) after one epoch, (1 + 3.8) / (2 + 7.6) after two): 4 each
+    again. GRESO skips only prompts whose groups had one outcome, and every group here holds both: nothing skipped;
+    in the first epoch it has no history and does not adapt (p_easy = p_hard = 0.5, logged every step). The step
+    ledger balances on all 9 steps and each epoch's coverage is 12 prompts, none unaccounted. The generator
     evaluates when it is handed step 1's token (after its third batch)."""
     data = write_prompts(tmp_path / "prompts.jsonl", 12)
     flags = flags_for(tiny_llama_path, tmp_path, data, reward_server.url, [
         "--algo.advantage.estimator", "dr_grpo", "--ada.enable", "--ada.strategy", "est",
-        "--ada.est_allocation", "knapsack", "--ada.skip", "greso",
+        "--ada.est_allocation", "knapsack", "--ada.skip", "greso", "--train.num_episodes", "3",
         "--train.async_enable", "--train.partial_rollout_enable", "--logger.tensorboard_dir", str(tmp_path / "tb"),
-        *DYNAMIC_BATCH,
+        *DYNAMIC_BATCH, *ZERO2,
     ])
     run = launch("openrlhf_ada.cli.train_ppo_ray", flags, tmp_path / "run.log")
     assert_ok(run)
     check_packed(run)
     check_dynamic_batches(run, 16)
+    check_zero2(run)
     rows = step_rows(tmp_path)
-    assert sorted(rows) == [1, 2, 3] and all(rows[s]["rollout/num_samples"] == 16 for s in rows)
-    check_ledger(rows, 12)
-    assert reward_server.calls("mixed") == sum(rows[s]["ada_samples_generated"] for s in rows) == 12 * 4
-    for row in rows.values():
+    assert sorted(rows) == list(range(1, 10)) and all(rows[s]["rollout/num_samples"] == 16 for s in rows)
+    check_ledger(rows, 12, epochs=3)
+    assert reward_server.calls("mixed") == sum(rows[s]["ada_samples_generated"] for s in rows) == 3 * 12 * 4
+    for step, row in rows.items():
         assert (row["ada_alloc_min"], row["ada_alloc_max"]) == (4, 4)
-        assert (row["ada_greso_skipped"], row["ada_greso_p_easy"], row["ada_greso_p_hard"]) == (0, 0.5, 0.5)
+        assert row["ada_greso_skipped"] == 0 and row["ledger/prompts_skipped"] == 0, row
+        if step <= 3:
+            assert (row["ada_greso_p_easy"], row["ada_greso_p_hard"]) == (0.5, 0.5), row
         check_penalised_rewards(row, (RIGHT + WRONG) / 2)
     check_async_run(run, rows, tmp_path)
     evals = reward_server.calls("eval")
