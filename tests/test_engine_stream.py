@@ -2,7 +2,8 @@
 carries, the cancel and its token count, and a request that raises.
 
 The actor is `_GuardedRolloutRayActor` itself with a scripted executor and a stand-in for vLLM's engine: request k
-produces 3 tokens, waits until the test opens its gate, then produces 5 more and returns `{"k": k}` (a gate set to
+produces 3 tokens, waits until the test opens its gate, then produces 5 more and returns `{"k": k}` with the
+8 token ids 10 k, ..., 10 k + 7 and their log-probs -k - t / 8 (a gate set to
 fail makes it raise instead). Requests whose gates open together finish in the same event-loop turn, as samples of
 one vLLM step do. Expected messages are derived by hand in each test.
 """
@@ -13,6 +14,7 @@ import asyncio
 import itertools
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from openrlhf_ada.trainer.ray.vllm_engine import _GuardedRolloutRayActor
@@ -50,7 +52,8 @@ class ScriptedExecutor:
         k = next(self.calls)
         async for _ in llm_engine.llm.generate(k, self.gates[k]):
             pass
-        return {"k": k}
+        return {"k": k, "observation_tokens": [10 * k + t for t in range(8)],
+                "rollout_log_probs": [-k - t / 8 for t in range(8)]}
 
 
 def make_actor(gates):
@@ -85,7 +88,12 @@ def test_samples_that_finish_together_are_one_message_and_a_cancel_counts_the_re
         return first, cancelled, last, actor._streams
 
     first, cancelled, last, streams = asyncio.run(run())
-    assert first == {"samples": [{"index": 0, "response": {"k": 0}}, {"index": 1, "response": {"k": 1}}]}
+    assert list(first) == ["samples"] and samples(first) == [(0, 0), (1, 1)]
+    for sample in first["samples"]:  # handed back compact: int32 ids and float32 log-probs of the same values
+        k, response = sample["index"], sample["response"]
+        assert response["observation_tokens"].dtype == np.int32 and response["rollout_log_probs"].dtype == np.float32
+        assert response["observation_tokens"].tolist() == [10 * k + t for t in range(8)]
+        assert response["rollout_log_probs"].tolist() == [-k - t / 8 for t in range(8)]  # eighths: exact in float32
     assert cancelled == 2
     assert last == {"samples": [], "end": True, "cancelled": 2, "cancelled_tokens": 6}
     assert streams == {}  # the group is forgotten once its stream is over

@@ -18,8 +18,9 @@ metrics still rode in `info`, leaving them out: moving them changed nothing else
 No Ray and no vLLM: `ray` in the round loop and in upstream's dispatch is the `FakeRay` of
 tests/test_trainer_side_costs.py (references ready at once), and the engine answers the j-th request ever made for a
 prompt with a fixed response: its tokens, length, truncation and reward depend only on (prompt, j), so the outcome
-does not depend on the order in which rounds are dispatched or collected. A stream (--ada.cancel) is the project's
-own engine actor's `generate_stream` on such answers. The log-probs and KL of the tiny models are rounded to 1/1024
+does not depend on the order in which rounds are dispatched or collected. A round is the project's own engine
+actor's `generate_responses` on such answers, and a stream (--ada.cancel) its `generate_stream`: both hand them back
+compact (token ids and log-probs as arrays, trainer/ray/responses.py), as the real engines do. The log-probs and KL of the tiny models are rounded to 1/1024
 before the advantages are computed: a forward pass's last bits depend on the CPU's vector unit, the rounded values
 (and every sum of them here) do not, so the record holds on any machine.
 
@@ -78,7 +79,9 @@ class Engine:
 
     def _responses(self, *, prompt, label, sampling_params, max_length, hf_tokenizer, num_samples, images=None):
         first = self._next(prompt, num_samples)
-        return costs.Ref([answer(prompt, label, first + k) for k in range(num_samples)])
+        return costs.Ref(costs.engine_responses(prompt, label, sampling_params, max_length, hf_tokenizer,
+                                                num_samples, images,
+                                                respond=lambda p, lab, k: answer(p, lab, first + k)))
 
     def _stream(self, group, prompt, label, sampling_params, max_length, hf_tokenizer, indices, images=None):
         first = self._next(prompt, len(indices))

@@ -5,7 +5,8 @@ No Ray here: `ray` in the round loop and in upstream's dispatch is replaced by `
 ready at once, and the engines are `FakeEngine`s that pickle each request as Ray would (`pickle.dumps` of the call's
 arguments, unpickled again on the "engine" side). A stream's messages are those of the project's own engine actor
 (`generate_stream` of vllm_engine.py, run on asyncio with a scripted executor in place of vLLM): every sample of a
-round is ready at once, as when they finish in the same engine step. tokenizer_shipping's object store is a dict.
+round is ready at once, as when they finish in the same engine step; a whole round is the actor's own
+`generate_responses` on the same executor (both hand back compact responses, trainer/ray/responses.py). tokenizer_shipping's object store is a dict.
 The counts are known by hand: 10 prompts, n = 4, one round of 4 each (the scripted rewards 1,0,1,0 resolve every
 prompt at its 4th sample under the balance rule).
 """
@@ -105,6 +106,22 @@ def engine_messages(group, prompt, label, sampling_params, max_length, hf_tokeni
     return asyncio.run(run())
 
 
+def engine_responses(prompt, label, sampling_params, max_length, hf_tokenizer, num_samples, images=None,
+                     respond=None) -> list:
+    """What the engine actor's own `generate_responses` returns for these requests (compact responses), its executor
+    answering the k-th request with `respond(prompt, label, k)` (default `response`) at once (no vLLM, no Ray)."""
+    actor = object.__new__(_GuardedRolloutRayActor)  # its __init__ starts vLLM; generate_responses needs the executor
+    calls = itertools.count()
+    respond = respond or response
+
+    async def execute(*, prompt, label, **_):
+        return respond(prompt, label, next(calls))
+
+    actor.executor = SimpleNamespace(execute=execute)
+    return asyncio.run(actor.generate_responses(prompt, label, sampling_params, max_length, hf_tokenizer,
+                                                num_samples, images))
+
+
 class FakeEngine:
     """generate_responses / generate_stream with Ray's pickling of the arguments; answers at once."""
 
@@ -124,7 +141,8 @@ class FakeEngine:
 
         def responses(*, prompt, label, sampling_params, max_length, hf_tokenizer, num_samples, images=None):
             self.tokenizers_seen.append(hf_tokenizer)
-            return Ref([response(prompt, label, k) for k in range(num_samples)])
+            return Ref(engine_responses(prompt, label, sampling_params, max_length, hf_tokenizer, num_samples,
+                                        images))
 
         def stream(group, prompt, label, sampling_params, max_length, hf_tokenizer, indices, images=None):
             self.tokenizers_seen.append(hf_tokenizer)

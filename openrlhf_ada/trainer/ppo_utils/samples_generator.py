@@ -64,6 +64,7 @@ from openrlhf_ada.trainer.ppo_utils.stall_watch import StallWatch
 from openrlhf_ada.trainer.ppo_utils.strategy import choose_sampling
 from openrlhf_ada.trainer.ppo_utils.transport import StreamTransport
 from openrlhf_ada.trainer.ray.engine_health import check_streaming_engines, lost_engines_message, probe_engines
+from openrlhf_ada.trainer.ray.responses import listed_response
 from openrlhf_ada.trainer.ray.tokenizer_shipping import ShippingEngine, TokenizerHandle, is_remote_engine
 
 logger = init_logger(__name__)
@@ -367,6 +368,13 @@ class RoundsSamplesGenerator(SamplesGenerator):
             return super()._dispatch_prompts_to_vllm(prompts, labels, images=images, **generate_kwargs)
         finally:
             self.vllm_engines = engines
+
+    def _process_response_into_experience(self, response, **generate_kwargs) -> Experience:
+        """Upstream's, on the response as upstream's executors make it: the engine actors send token ids and
+        log-probs as arrays (trainer/ray/responses.py), which the pools hold until their prompt settles; here, where
+        a kept sample is built (and on upstream's own generation path), they become the lists upstream builds its
+        tensors from, of the same values, so the `Experience` is bit for bit the one a list response gives."""
+        return super()._process_response_into_experience(listed_response(response), **generate_kwargs)
 
     def _generate_vllm(
         self, dataloader_iter, num_prompts: int, dynamic_filtering, **generate_kwargs

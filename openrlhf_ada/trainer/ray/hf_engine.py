@@ -1,8 +1,8 @@
 """`HFRolloutActor`: an engine with RolloutRayActor's interface, backed by transformers' `generate` instead of vLLM.
 
 It subclasses upstream's RolloutRayActor and replaces only the engine underneath: `generate_responses` (upstream's)
-still runs upstream's SingleTurnAgentExecutor (tokenisation, truncation, reward file, response dicts); this class
-answers its `generate(prompt_token_ids, sampling_params)` calls. For machines where vLLM cannot run a model, and for
+still runs upstream's SingleTurnAgentExecutor (tokenisation, truncation, reward file, response dicts), each
+response handed back in the project's compact format (responses.py), as the vLLM actor's; this class answers its `generate(prompt_token_ids, sampling_params)` calls. For machines where vLLM cannot run a model, and for
 exactly reproducible runs: the k-th sample of a prompt within a step is drawn with a seed derived from
 (seed, step, prompt tokens, k) (`request_seeds.py`), so it does not depend on other prompts or on scheduling.
 
@@ -20,6 +20,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from openrlhf_ada.trainer.ray.request_seeds import RequestSeeds
+from openrlhf_ada.trainer.ray.responses import compact_response
 from openrlhf_ada.trainer.ray.reward_guard import GuardedRewardExecutor
 from openrlhf_ada.trainer.ray.vllm_engine import reward_timeout_from_env
 
@@ -68,6 +69,10 @@ class _HFRolloutActor(RolloutRayActor.__ray_actor_class__):
         else:
             reason = "length"
         return SimpleNamespace(outputs=[SimpleNamespace(token_ids=tokens, finish_reason=reason, logprobs=None)])
+
+    async def generate_responses(self, *args, **kwargs):
+        """Upstream's, each response compact (`compact_response`: token ids and log-probs as arrays)."""
+        return [compact_response(r) for r in await super().generate_responses(*args, **kwargs)]
 
     def get_num_unfinished_requests(self) -> int:
         return self._unfinished

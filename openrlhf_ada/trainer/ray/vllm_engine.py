@@ -15,6 +15,10 @@
   own seed from (seed, step, prompt tokens, k) (`request_seeds.py`), set per step by `reseed`: the runs of one seed
   share their draws where their sampling is the same, and a seeded evaluation draws the same samples for the same
   weights. Without it vLLM keeps the one seed it started with, as upstream's engines do;
+- every response handed back (`generate_responses`, `generate_stream`) in the project's format (responses.py):
+  upstream's response dict with its token ids as an int32 and its log-probs as a float32 array, what the trainer's
+  pools hold until a prompt settles (about a ninth of the bytes of upstream's lists); a sample built for training gets
+  lists of the same values back (the samples generator's `_process_response_into_experience`);
 - an engine core that fails, at start-up or later, raising an error that carries what the engine core logged as it
   failed (engine_errors.py), where vLLM's own says "see above".
 The cluster launcher points upstream's `vllm_engine.RolloutRayActor` at this class, so create_vllm_engines builds it.
@@ -52,6 +56,7 @@ from vllm.v1.engine.exceptions import EngineDeadError
 from openrlhf_ada.args import FaultConfig
 from openrlhf_ada.trainer.ray.engine_errors import EngineErrorLog
 from openrlhf_ada.trainer.ray.request_seeds import RequestSeeds
+from openrlhf_ada.trainer.ray.responses import compact_response
 from openrlhf_ada.trainer.ray.reward_guard import GuardedRewardExecutor
 from openrlhf_ada.trainer.ray.weight_sync import reload_weights_from_file
 
@@ -136,7 +141,7 @@ class _CountingEngine:
 
 class _FinishedBatch:
     """What one wake-up of a stream found finished among its tasks (`done`), in request order: the samples, as
-    `{"index": j, "response": <upstream's response dict>}`, and the cancelled requests with the tokens they had
+    `{"index": j, "response": <upstream's response dict, compact (responses.py)>}`, and the cancelled requests with the tokens they had
     generated. A task that raised stops the batch at it (`error`): the samples before it in request order are handed
     back, then the stream raises; those after it are not."""
 
@@ -151,7 +156,7 @@ class _FinishedBatch:
                 self.error = task.exception()
                 return
             else:
-                self.samples.append({"index": index, "response": task.result()})
+                self.samples.append({"index": index, "response": compact_response(task.result())})
 
 
 class _GuardedRolloutRayActor(RolloutRayActor.__ray_actor_class__):
@@ -178,6 +183,10 @@ class _GuardedRolloutRayActor(RolloutRayActor.__ray_actor_class__):
             return await super().generate(prompt_token_ids, sampling_params, multi_modal_data=multi_modal_data)
         except EngineDeadError as e:
             self.engine_errors.reraise_with_cause(e, "the vLLM engine core died")
+
+    async def generate_responses(self, *args, **kwargs):
+        """Upstream's, each response compact (`compact_response`: token ids and log-probs as arrays)."""
+        return [compact_response(r) for r in await super().generate_responses(*args, **kwargs)]
 
     async def load_weights_from_file(self, path: str) -> None:
         await self.llm.collective_rpc(reload_weights_from_file, args=(path,))
