@@ -6,6 +6,11 @@ only. So a sample that comes back becomes a `SampleRecord` (those numbers and th
 samples a pool keeps are built into `Experience`s, by upstream's own `_process_response_into_experience`, when their
 prompt settles.
 
+The response is as the engine actor sent it: its token ids and log-probs as int32 / float32 arrays
+(trainer/ray/responses.py), about 8 bytes per token where upstream's lists took about 68; `held_bytes` counts what a
+pool's records hold (tests/test_pool_memory.py, benchmarks/cluster_scale.py). A settled prompt's records are
+dropped at once, the kept ones once built.
+
 The numbers are the ones upstream's `Experience` of the sample would hold, read back as Python numbers: a reward or
 score as `torch.tensor([value])` stores it (a float as float32), and the response length as upstream counts it (from
 the first to the last action token inside the context window `max_len`). The pools therefore decide exactly as they
@@ -16,10 +21,12 @@ from __future__ import annotations
 
 import math
 import struct
+import sys
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import List, Optional, Sequence
 
+import numpy as np
 import torch
 from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
 from openrlhf.trainer.ppo_utils.length_penalty import logger as length_penalty_logger
@@ -122,3 +129,39 @@ def penalised(records: Sequence[SampleRecord], args) -> List[Optional[float]]:
     """`penalised_rewards` of records."""
     return penalised_rewards([r.reward for r in records], [r.length for r in records],
                              [r.truncated for r in records], args)
+
+
+def held_bytes(records: Sequence[Optional[SampleRecord]]) -> int:
+    """The bytes `records` hold in this process: each record, its response dict and everything in it (keys, strings,
+    numbers, lists and tuples with their items, nested dicts; an array as its header plus its buffer, a tensor as
+    its storage), every object counted once however many records share it (a small int, a key string). None (a
+    released sample) holds nothing. What a pool holds of its samples until its prompt settles: divided by the
+    response tokens held, the bytes per held token the pool-memory test and benchmarks/cluster_scale.py report."""
+    seen, stack, total = set(), [r for r in records if r is not None], 0
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, np.ndarray):  # getsizeof counts the buffer only when the array owns it
+            total += sys.getsizeof(obj) + (obj.nbytes if obj.base is not None else 0)
+        elif isinstance(obj, torch.Tensor):
+            total += sys.getsizeof(obj) + obj.untyped_storage().nbytes()
+        elif isinstance(obj, SampleRecord):
+            total += sys.getsizeof(obj) + sys.getsizeof(vars(obj))
+            stack.extend(vars(obj).values())
+        elif isinstance(obj, dict):
+            total += sys.getsizeof(obj)
+            stack.extend(obj.keys())
+            stack.extend(obj.values())
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            total += sys.getsizeof(obj)
+            stack.extend(obj)
+        else:
+            total += sys.getsizeof(obj)
+    return total
+
+
+def held_tokens(records: Sequence[Optional[SampleRecord]]) -> int:
+    """The token ids `records` hold (each response's `observation_tokens`: prompt and response), None holding none."""
+    return sum(len(r.response["observation_tokens"]) for r in records if r is not None)
