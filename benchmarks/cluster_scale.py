@@ -9,8 +9,11 @@ data-parallel rank's share (`ray.put`, as `async_run_method_batch` does) and the
 (`split_experience_batch` + `remove_padding_in_sequences`, which upstream runs in the training actors).
 
 The one stand-in: `InstantEngine`, a Ray actor with the engines' remote interface (`generate_responses`,
-`generate_stream`, `cancel_stream`, `get_num_unfinished_requests`) that answers at once with upstream's response
-dicts: random token ids of natural lengths (log-normal, median a third of --max-new-tokens, cut there and marked
+`generate_stream`, `cancel_stream`, `get_num_unfinished_requests`) that answers at once with the response dicts of
+the engine actor the setting runs on: upstream's (Python lists) for upstream's path, and for the project's the same
+dicts passed through the project's engine actor's own formatting (`compact_response`, trainer/ray/responses.py: token
+ids and log-probs as int32 / float32 arrays), so the benchmark measures the format the real engines send. Random
+token ids of natural lengths (log-normal, median a third of --max-new-tokens, cut there and marked
 truncated), log-probs for every token, and rewards drawn from each prompt's pass rate (a seeded mix: 25% p = 0,
 15% p = 1, 60% p ~ uniform(0, 1)). There is no model forward either: the action log-probs are the rollout's and the
 KL is zero (what upstream's `make_experience` attaches without a reference model). The reward guard runs in the
@@ -21,7 +24,8 @@ engine sends samples that finish together: the fewest Ray calls a stream can cos
 samples finish at different times and come back in more messages.
 
 Measured per step, in the trainer process only: wall and CPU time (time.process_time, every thread), the peak RSS
-above the step's start (VmHWM, reset per step), the tensor bytes the generator still holds after the step (the
+above the step's start (VmHWM, reset per step), the bytes the pools hold per unsettled response token (each pool's
+records as it settles, `sample_record.held_bytes` over its held tokens; its counting time left out of CPU and wall), the tensor bytes the generator still holds after the step (the
 trained batch handed on and dropped), bytes sent to the engines (requests) and back (responses, sized in the
 engines), and Ray calls (`.remote` on the engines by method, `ray.wait`, `ray.get`, `ray.put`). Each as a ratio to
 upstream's GRPO path per generated sample, with an A/A control (a second instance of upstream's path). Settings run
@@ -88,12 +92,16 @@ def pass_rate(seed: int, index: int) -> float:
 def _engine_class():
     import ray
 
+    from openrlhf_ada.trainer.ray.responses import compact_response
+
     @ray.remote(num_cpus=0)
     class InstantEngine:
-        """The engines' remote interface, answering at once with upstream's response dicts (module docstring)."""
+        """The engines' remote interface, answering at once with upstream's response dicts, or with `project` as
+        the project's engine actor sends them (`compact_response`; module docstring)."""
 
-        def __init__(self, seed: int, vocab: int):
+        def __init__(self, seed: int, vocab: int, project: bool):
             self.seed, self.vocab = seed, vocab
+            self.format = compact_response if project else (lambda response: response)
             self.calls = 0
             self.stats = {"requests": 0, "samples": 0, "bytes_out": 0, "tokenizers": 0}
 
@@ -104,9 +112,11 @@ def _engine_class():
             ids = rng.integers(0, self.vocab, PROMPT_TOKENS + length)
             logps = -rng.exponential(0.7, PROMPT_TOKENS + length)
             reward = float(rng.random() < p)
-            return {"prompt": prompt, "label": label, "observation_tokens": ids.tolist(),
-                    "action_ranges": [(PROMPT_TOKENS, PROMPT_TOKENS + length)], "reward": reward, "scores": reward,
-                    "rollout_log_probs": logps.tolist(), "truncated": length >= max_tokens, "extra_logs": {}}
+            # what upstream's executor returns (lists), then the engine actor's formatting
+            return self.format({"prompt": prompt, "label": label, "observation_tokens": ids.tolist(),
+                                "action_ranges": [(PROMPT_TOKENS, PROMPT_TOKENS + length)], "reward": reward,
+                                "scores": reward, "rollout_log_probs": logps.tolist(),
+                                "truncated": length >= max_tokens, "extra_logs": {}})
 
         def _start(self, prompt, label, sampling_params, hf_tokenizer, count):
             if not getattr(hf_tokenizer, "_instant_engine_seen", False):  # a tokenizer unpickled for this call
@@ -163,6 +173,7 @@ class Counter:
     def __init__(self):
         self.calls: dict = {}
         self.bytes_in = 0
+        self.held_bytes = self.held_tokens = 0  # what the pools held of their samples, summed over settled pools
         self.sizing_cpu = self.sizing_wall = 0.0
         self.known_sizes: dict = {}  # id -> pickled size of objects sent again and again (the tokenizer)
 
@@ -212,6 +223,26 @@ def count_ray_functions(counter: Counter):
             return _original(*args, **kwargs)
 
         setattr(ray, name, counted)
+
+
+def count_held_bytes(counter: Counter):
+    """At each settle, before the pool's records are released: the bytes they hold (`held_bytes`) and their tokens,
+    added up per step; the counting's own time is left out like the request sizing's."""
+    from openrlhf_ada.trainer.ppo_utils import round_loop
+    from openrlhf_ada.trainer.ppo_utils.sample_record import held_bytes, held_tokens
+
+    original = round_loop.RoundStep.settle
+
+    def settle(step, item):
+        w, c = time.perf_counter(), time.process_time()
+        records = [r for r in item.pool.items if r is not None]
+        counter.held_bytes += held_bytes(records)
+        counter.held_tokens += held_tokens(records)
+        counter.sizing_wall += time.perf_counter() - w
+        counter.sizing_cpu += time.process_time() - c
+        return original(step, item)
+
+    round_loop.RoundStep.settle = settle
 
 
 # -- memory -------------------------------------------------------------------------------------------------------
@@ -332,6 +363,7 @@ def measure(name, gen, maker, engines, counter: Counter, dp: int, max_new_tokens
         ray.get(e.actor.take_stats.remote())
     counter.calls, counter.bytes_in = {}, 0
     counter.sizing_cpu = counter.sizing_wall = 0.0
+    counter.held_bytes = counter.held_tokens = 0
     rss0 = rss_kb()
     peak_ok = reset_peak()
     profiler = cProfile.Profile(time.process_time) if profile else None
@@ -354,6 +386,7 @@ def measure(name, gen, maker, engines, counter: Counter, dp: int, max_new_tokens
         "setting": name, "wall": wall, "cpu": cpu, **step,
         "peak_rss_mb": peak / 1024 if peak is not None else None,
         "retained_rss_mb": (rss_kb() - rss0) / 1024,
+        "pool_bytes_per_token": counter.held_bytes / counter.held_tokens if counter.held_tokens else None,
         "held_by_generator_mb": held_tensor_bytes(gen) / 2**20,
         "bytes_to_engines": counter.bytes_in,
         "bytes_from_engines": sum(s["bytes_out"] for s in engine_stats),
@@ -390,15 +423,19 @@ def run(shapes, *, max_new_tokens: int, repeats: int, engines_n: int, dp: int, s
     counter = Counter()
     counter.known_sizes[id(tokenizer)] = len(pickle.dumps(tokenizer, protocol=5))
     count_ray_functions(counter)
+    count_held_bytes(counter)
     InstantEngine = _engine_class()
-    actors = [InstantEngine.remote(seed + i, len(tokenizer)) for i in range(engines_n)]
-    ray.get([a.get_num_unfinished_requests.remote() for a in actors])
-    engines = [CountingEngine(a, counter) for a in actors]
+    paths = ("upstream", "project")  # each path's engines answer in its engine actor's format
+    actors = {path: [InstantEngine.remote(seed + i, len(tokenizer), path == "project") for i in range(engines_n)]
+              for path in paths}
+    ray.get([a.get_num_unfinished_requests.remote() for path in paths for a in actors[path]])
+    by_path = {path: [CountingEngine(a, counter) for a in actors[path]] for path in paths}
+    engines = by_path["upstream"] + by_path["project"]
     names = list(settings or SETTINGS)
     rows = []
     try:
         for prompts, n in shapes:
-            built = {name: build(name, prompts, n, engines, tokenizer, seed, dp) for name in names}
+            built = {name: build(name, prompts, n, by_path[SETTINGS[name][0]], tokenizer, seed, dp) for name in names}
             if warmup and not rows:  # Ray's workers, imports and first-call paths warmed up, not measured
                 for name in names:
                     measure(name, *built[name], engines, counter, dp, max_new_tokens)
@@ -420,7 +457,7 @@ def run(shapes, *, max_new_tokens: int, repeats: int, engines_n: int, dp: int, s
             del built
             gc.collect()
     finally:
-        for a in actors:
+        for a in actors["upstream"] + actors["project"]:
             ray.kill(a)
         if owns_ray:
             ray.shutdown()
@@ -453,6 +490,8 @@ def summarize(result: dict) -> list:
                 "trained_mb": statistics.median(r["trained_bytes"] for r in rs) / 2**20,
                 "held_by_generator_mb": max(r["held_by_generator_mb"] for r in rs),
                 "retained_rss_mb": statistics.median(r["retained_rss_mb"] for r in rs),
+                "pool_bytes_per_token": (statistics.median(held) if (held := [r["pool_bytes_per_token"] for r in rs
+                                         if r.get("pool_bytes_per_token") is not None]) else None),
                 "bytes_to_engines_per_sample": statistics.median(r["bytes_to_engines"] / r["generated"] for r in rs),
                 "bytes_from_engines_per_sample": statistics.median(r["bytes_from_engines"] / r["generated"]
                                                                    for r in rs),
@@ -548,12 +587,13 @@ def render(result: dict, summary: list, command: str, note: str = "") -> str:
         "the samples generator still reaches once the trained batch is handed on; bytes to engines = request "
         "arguments as pickled (the tokenizer counted at its pickled size each time it is sent); tokenizers unpickled "
         "= copies the engines materialised in the step; Ray calls = `.remote` on the engines + `ray.wait` + "
-        "`ray.get` + `ray.put`.",
+        "`ray.get` + `ray.put`; pool bytes/token = what the pools hold per unsettled response token (prompt and response "
+        "tokens; `sample_record.held_bytes` of each pool's records as it settles; none on upstream's path).",
         "",
         "| prompts x n | setting | generated | CPU ms/sample [range] | CPU ratio | wall ratio | RSS growth MB | "
         "trained MB | held after step MB | bytes to engines/sample | tokenizers unpickled | Ray calls/step | "
-        "waits | calls ratio/sample |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "waits | calls ratio/sample | pool bytes/token |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for m in summary:
         lo, hi = m["cpu_per_sample_range_ms"]
@@ -562,7 +602,8 @@ def render(result: dict, summary: list, command: str, note: str = "") -> str:
             f"[{lo:.3f}-{hi:.3f}] | {m.get('cpu_ratio', float('nan')):.2f} | {m.get('wall_ratio', float('nan')):.2f} "
             f"| {m['peak_rss_mb']:.0f} | {m['trained_mb']:.0f} | {m['held_by_generator_mb']:.2f} | "
             f"{m['bytes_to_engines_per_sample']:.0f} | {m['tokenizers_unpickled']:.0f} | {m['ray_calls']:.0f} | "
-            f"{m['waits']:.0f} | {m.get('calls_ratio_per_sample', float('nan')):.2f} |")
+            f"{m['waits']:.0f} | {m.get('calls_ratio_per_sample', float('nan')):.2f} | "
+            + (f"{m['pool_bytes_per_token']:.2f} |" if m.get("pool_bytes_per_token") is not None else "- |"))
     lines += ["", "### Targets", ""]
     lines += per_step_targets(summary)
     held = max(m["held_by_generator_mb"] for m in summary)

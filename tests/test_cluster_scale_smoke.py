@@ -63,6 +63,19 @@ def test_every_setting_trains_n_per_prompt_and_keeps_nothing_after_the_step(resu
         assert r["requests"] >= PROMPTS  # one call per round: at least one round per prompt
 
 
+def test_the_pools_hold_the_engine_actors_compact_responses(result):
+    """The project's stand-in engines answer through the engine actor's own formatting (int32 ids, float32
+    log-probs): 8 bytes per held token, plus per sample under 2 KB of dict, headers and record and the ~0.2 KB prompt
+    text, over at least 512 + 8 held tokens: at most 8 + 2,300 / 520 = 12.4 bytes per token (upstream's lists of
+    the same tokens take over 60). Upstream's path has no pools: nothing counted."""
+    cs, res = result
+    for r in res["rows"]:
+        if cs.SETTINGS[r["setting"]][0] == "upstream":
+            assert r["pool_bytes_per_token"] is None, r["setting"]
+        else:
+            assert 8 <= r["pool_bytes_per_token"] <= 12.4, (r["setting"], r["pool_bytes_per_token"])
+
+
 def test_cancel_takes_one_ray_get_per_stream_not_per_sample(result):
     """The stand-in has a stream's samples all ready at once, so each stream is one message: the trainer's ray.get
     calls are one per stream (plus upstream's reads of the engines' load), fewer than the samples generated (one per
