@@ -196,7 +196,7 @@ def test_per_prompt_outcomes_with_cancel_on_and_off(engine, tokenizer, reward_fi
             assert info(group[0], "ada_pool_mean") == pytest.approx(mean)
             pure = replay(pool)
             kept = [pure.items[i] for i in pure.select()]  # the very samples' records, in pool order
-            assert [r.response["observation_tokens"] for r in kept] == [e.sequences[0].tolist() for e in group]
+            assert [r.response["observation_tokens"].tolist() for r in kept] == [e.sequences[0].tolist() for e in group]
             assert (pure.count, pure.mean, pure.std, pure.samples, pure.tokens, pure.cancelled, pure.discarded,
                     pure.round_resolved) == (pool.count, pool.mean, pool.std, pool.samples, pool.tokens,
                                              pool.cancelled, pool.discarded, pool.round_resolved)
