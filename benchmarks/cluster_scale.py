@@ -23,13 +23,14 @@ samples all being ready at once, each stream is one message (its samples and the
 engine sends samples that finish together: the fewest Ray calls a stream can cost. With real engines a round's
 samples finish at different times and come back in more messages.
 
-Measured per step, in the trainer process only: wall and CPU time (time.process_time, every thread), the peak RSS
-above the step's start (VmHWM, reset per step), the bytes the pools hold per unsettled response token (each pool's
-records as it settles, `sample_record.held_bytes` over its held tokens; its counting time left out of CPU and wall), the tensor bytes the generator still holds after the step (the
-trained batch handed on and dropped), bytes sent to the engines (requests) and back (responses, sized in the
-engines), and Ray calls (`.remote` on the engines by method, `ray.wait`, `ray.get`, `ray.put`). Each as a ratio to
-upstream's GRPO path per generated sample, with an A/A control (a second instance of upstream's path). Settings run
-in rotating order, `--repeats` times per shape; the median and the range are reported.
+Measured per step, in the trainer process only: wall and CPU time (time.process_time, every thread), the peak RSS above
+the step's start (VmHWM, reset per step), the bytes the pools hold per unsettled response token (each pool's records as
+it settles, `sample_record.held_bytes` over its held tokens; its counting time left out of CPU and wall), the tensor
+bytes the generator still holds after the step (the trained batch handed on and dropped), bytes sent to the engines
+(requests) and back (responses, sized in the engines), and Ray calls (`.remote` on the engines by method, `ray.wait`,
+`ray.get`, `ray.put`). Each as a ratio to upstream's GRPO path per generated sample, with an A/A control (a second
+instance of upstream's path). Settings run in rotating order, `--repeats` times per shape; the median and the range are
+reported.
 
     python benchmarks/cluster_scale.py                                  # the documented run (docs/benchmarks.md)
     python benchmarks/cluster_scale.py --shapes 8x4 --max-new-tokens 64 --repeats 1 --no-write   # seconds

@@ -17,12 +17,12 @@ metrics still rode in `info`, leaving them out: moving them changed nothing else
 
 No Ray and no vLLM: `ray` in the round loop and in upstream's dispatch is the `FakeRay` of
 tests/test_trainer_side_costs.py (references ready at once), and the engine answers the j-th request ever made for a
-prompt with a fixed response: its tokens, length, truncation and reward depend only on (prompt, j), so the outcome
-does not depend on the order in which rounds are dispatched or collected. A round is the project's own engine
-actor's `generate_responses` on such answers, and a stream (--ada.cancel) its `generate_stream`: both hand them back
-compact (token ids and log-probs as arrays, trainer/ray/responses.py), as the real engines do. The log-probs and KL of the tiny models are rounded to 1/1024
-before the advantages are computed: a forward pass's last bits depend on the CPU's vector unit, the rounded values
-(and every sum of them here) do not, so the record holds on any machine.
+prompt with a fixed response: its tokens, length, truncation and reward depend only on (prompt, j), so the outcome does
+not depend on the order in which rounds are dispatched or collected. A round is the project's own engine actor's
+`generate_responses` on such answers, and a stream (--ada.cancel) its `generate_stream`: both hand them back compact
+(token ids and log-probs as arrays, trainer/ray/responses.py), as the real engines do. The log-probs and KL of the tiny
+models are rounded to 1/1024 before the advantages are computed: a forward pass's last bits depend on the CPU's vector
+unit, the rounded values (and every sum of them here) do not, so the record holds on any machine.
 
 The cases form a table, so that another schedule or option that must train the same batch (sync and async
 rounds, cancel on and off where the samples all finish together) is one more row.

@@ -4,9 +4,10 @@ what the samples generator keeps after a step.
 No Ray here: `ray` in the round loop and in upstream's dispatch is replaced by `FakeRay`, whose object references are
 ready at once, and the engines are `FakeEngine`s that pickle each request as Ray would (`pickle.dumps` of the call's
 arguments, unpickled again on the "engine" side). A stream's messages are those of the project's own engine actor
-(`generate_stream` of vllm_engine.py, run on asyncio with a scripted executor in place of vLLM): every sample of a
-round is ready at once, as when they finish in the same engine step; a whole round is the actor's own
-`generate_responses` on the same executor (both hand back compact responses, trainer/ray/responses.py). tokenizer_shipping's object store is a dict.
+(`generate_stream` of vllm_engine.py, run on asyncio with a scripted executor in place of vLLM): every sample of a round
+is ready at once, as when they finish in the same engine step; a whole round is the actor's own `generate_responses` on
+the same executor (both hand back compact responses, trainer/ray/responses.py). tokenizer_shipping's object store is a
+dict.
 The counts are known by hand: 10 prompts, n = 4, one round of 4 each (the scripted rewards 1,0,1,0 resolve every
 prompt at its 4th sample under the balance rule).
 """

@@ -2,8 +2,9 @@
 
 It subclasses upstream's RolloutRayActor and replaces only the engine underneath: `generate_responses` (upstream's)
 still runs upstream's SingleTurnAgentExecutor (tokenisation, truncation, reward file, response dicts), each
-response handed back in the project's compact format (responses.py), as the vLLM actor's; this class answers its `generate(prompt_token_ids, sampling_params)` calls. For machines where vLLM cannot run a model, and for
-exactly reproducible runs: the k-th sample of a prompt within a step is drawn with a seed derived from
+response handed back in the project's compact format (responses.py), as the vLLM actor's; this class answers its
+`generate(prompt_token_ids, sampling_params)` calls. For machines where vLLM cannot run a model, and for exactly
+reproducible runs: the k-th sample of a prompt within a step is drawn with a seed derived from
 (seed, step, prompt tokens, k) (`request_seeds.py`), so it does not depend on other prompts or on scheduling.
 
 It has no `generate_stream` / `cancel_stream`: `--ada.cancel` is refused with `--local.engine hf` when the flags are

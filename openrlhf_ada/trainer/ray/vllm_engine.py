@@ -141,9 +141,9 @@ class _CountingEngine:
 
 class _FinishedBatch:
     """What one wake-up of a stream found finished among its tasks (`done`), in request order: the samples, as
-    `{"index": j, "response": <upstream's response dict, compact (responses.py)>}`, and the cancelled requests with the tokens they had
-    generated. A task that raised stops the batch at it (`error`): the samples before it in request order are handed
-    back, then the stream raises; those after it are not."""
+    `{"index": j, "response": <upstream's response dict, compact (responses.py)>}`, and the cancelled requests with the
+    tokens they had generated. A task that raised stops the batch at it (`error`): the samples before it in request
+    order are handed back, then the stream raises; those after it are not."""
 
     def __init__(self, done, tasks: dict):
         self.samples, self.cancelled, self.cancelled_tokens, self.error = [], 0, 0, None
