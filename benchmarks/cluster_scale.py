@@ -571,9 +571,10 @@ def render(result: dict, summary: list, command: str, note: str = "") -> str:
         "load, counts, bytes and memory do not.",
         "",
         "**The one stand-in: generation.** Engines are `InstantEngine` actors with the engines' remote interface that "
-        "answer at once with upstream's response dicts (token ids and log-probs of natural lengths up to "
-        f"{result['max_new_tokens']} new tokens after a {PROMPT_TOKENS}-token prompt; rewards from a seeded pass-rate "
-        "mix). Everything the trainer does runs for real: samples generator, pools, round loop, dispatch, "
+        "answer at once with the response dicts of the setting's engine actor (token ids and log-probs of natural "
+        f"lengths up to {result['max_new_tokens']} new tokens after a {PROMPT_TOKENS}-token prompt: upstream's lists "
+        "on upstream's path, on the project's the same through the project's engine actor's own formatting, int32 / "
+        "float32 arrays; rewards from a seeded pass-rate mix). Everything the trainer does runs for real: samples generator, pools, round loop, dispatch, "
         "`Experience` building, micro-batches, advantages, each rank's share put into the object store, and the "
         "replay buffer's split. No model forward. "
         f"{result['engines']} engines, {result['dp']} data-parallel ranks, tokenizer {result['tokenizer']} "
