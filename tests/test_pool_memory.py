@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 from siblings import load
 
-from openrlhf_ada.algorithms.reinforce_ada import AdaConfig, PromptPool
+from openrlhf_ada.algorithms.reinforce_ada import PromptPool, Seq
 from openrlhf_ada.launcher import parse_args
 from openrlhf_ada.trainer.ppo_utils import round_loop
 from openrlhf_ada.trainer.ppo_utils.sample_record import held_bytes, held_tokens, record_of
@@ -58,7 +58,7 @@ def executor_response(prompt: str, label: str, k: int) -> dict:
 def held_per_token(responses) -> float:
     """Bytes per held token once `responses` (as Ray hands them to the trainer: unpickled) are in a pool's records,
     fed as the round loop feeds a whole round (`RoundTransport.feed`)."""
-    item = SimpleNamespace(pool=PromptPool(AdaConfig(n=SAMPLES, round_size=SAMPLES, max_rounds=1)))
+    item = SimpleNamespace(pool=PromptPool(Seq(n=SAMPLES, round_size=SAMPLES, max_rounds=1)))
     message = pickle.loads(pickle.dumps(responses, protocol=5))
     RoundTransport(NO_PENALTY).feed(item, message, lambda rs: [record_of(r, GEN) for r in rs])
     del message
