@@ -202,7 +202,7 @@ def test_adora_and_seq_with_http_rewards_critic_penalty_is_correction_eval_and_f
     check_zero2(run)
     rows = step_rows(tmp_path)
     assert sorted(rows) == [1, 2] and [rows[s]["rollout/num_samples"] for s in (1, 2)] == [16, 16]
-    check_ledger(rows, 9)
+    check_ledger(run, rows, 9)
     # the server scored every generated training sample (8 mixed prompts x 4, the never-solved one 2 rounds x 4)
     generated = sum(rows[s]["ada_samples_generated"] for s in rows)
     assert reward_server.calls("mixed") + reward_server.calls("never") == generated == 8 * 4 + 2 * 4
@@ -326,11 +326,13 @@ PROMPT_OUT = ("trained", "skipped", "filtered", "failed", "dropped", "cut", "lef
 SAMPLE_OUT = ("trained", "released", "cut", "left_at_end", "carried_out")
 
 
-def check_ledger(rows: dict, prompts: int, prompt_terms: bool = True, epochs: int = 1) -> None:
+def check_ledger(run, rows: dict, prompts: int, prompt_terms: bool = True, epochs: int = 1) -> None:
     """The step ledger as logged (the rows' keys, not the project's checker): every step's samples handed to the
     trainer were trained by the ranks; the generator's prompt and sample identities balance on every step; each of
-    the run's `epochs` passes drew every one of the data's `prompts` once and its coverage was logged with none
-    unaccounted. Upstream's own generation path (`prompt_terms` False) logs the sample terms only."""
+    the run's `epochs` passes drew every one of the data's `prompts` once and its coverage was checked with none
+    unaccounted (the run's log line per epoch; the metrics of every epoch but the last, which closes in the call that
+    finds the data exhausted, after the last step's row). Upstream's own generation path (`prompt_terms` False) logs
+    the sample terms only."""
     for step, row in rows.items():
         assert row["ledger/samples_trained"] == row["ledger/samples_trained_by_ranks"] == row["rollout/num_samples"], \
             (step, row)
@@ -342,9 +344,13 @@ def check_ledger(rows: dict, prompts: int, prompt_terms: bool = True, epochs: in
     if prompt_terms:
         assert sum(row["ledger/prompts_drawn"] for row in rows.values()) == prompts * epochs, rows
         covered = [row for row in rows.values() if "ledger/epoch_prompts_unaccounted" in row]
-        assert [row["ledger/epoch"] for row in covered] == list(range(epochs)), covered
+        assert [row["ledger/epoch"] for row in covered] == list(range(epochs - 1)), covered
         for row in covered:
             assert row["ledger/epoch_prompts_unaccounted"] == 0 and row["ledger/epoch_prompts_drawn"] == prompts, row
+        for epoch in range(epochs):
+            assert f"ledger: epoch {epoch} covered: {prompts} prompts drawn," in run.log, run.tail()
+        lines = [line for line in run.log.splitlines() if "ledger: epoch " in line and " covered: " in line]
+        assert all(line.rstrip().endswith(" 0 unaccounted") for line in lines), lines
 
 
 def async_eval_logged(tmp_path: Path) -> dict:
@@ -379,7 +385,7 @@ def test_est_async_partial_rollout_with_http_rewards_penalty_is_correction_and_e
     check_zero2(run)
     rows = step_rows(tmp_path)
     assert sorted(rows) == list(range(1, 10)) and all(rows[s]["rollout/num_samples"] == 16 for s in rows)
-    check_ledger(rows, 12, epochs=3)
+    check_ledger(run, rows, 12, epochs=3)
     assert reward_server.calls("mixed") == sum(rows[s]["ada_samples_generated"] for s in rows) == 3 * 12 * 4
     for step, row in rows.items():
         assert (row["ada_alloc_min"], row["ada_alloc_max"]) == (4, 4)
@@ -414,7 +420,7 @@ def test_adora_seq_cancel_async_partial_rollout_with_an_agent_critic_penalty_is_
     rows = step_rows(tmp_path)
     assert sorted(rows) == [1, 2, 3] and all(rows[s]["rollout/num_samples"] == 16 for s in rows)
     assert sum(rows[s]["ada_dynamic_filtered"] for s in rows) == 1
-    check_ledger(rows, 13)
+    check_ledger(run, rows, 13)
     assert sum(rows[s]["ledger/prompts_filtered"] for s in rows) == 1 and sum(
         rows[s]["ledger/samples_cancelled"] + rows[s]["ledger/samples_released"] for s in rows) > 0
     for row in rows.values():
@@ -465,7 +471,7 @@ def test_features_off_async_partial_rollout_with_http_rewards_critic_penalty_is_
             row[f"ledger/prompts_{t}"] for t in ("trained", "skipped", "filtered", "failed", "dropped", "cut",
                                                  "left_at_end", "carried_out")), row
     assert sum(scalars.get("train/ledger/prompts_trained", {}).values()) == 12, scalars.get("train/ledger/prompts_trained")
-    check_ledger(rows, 13)
+    check_ledger(run, rows, 13)
     # the step's metrics, beside the samples too, reach tensorboard under the names they had as info keys (1 group
     # filtered in all), as in metrics.jsonl
     assert sum(scalars.get("train/ada_dynamic_filtered", {}).values()) == 1, scalars.get("train/ada_dynamic_filtered")
@@ -488,7 +494,7 @@ def test_features_off_with_an_agent_and_one_sample_per_prompt(tmp_path, tiny_lla
     check_zero2(run)
     rows = step_rows(tmp_path)
     assert sorted(rows) == [1, 2] and [rows[s]["rollout/num_samples"] for s in (1, 2)] == [BATCH, BATCH]
-    check_ledger(rows, 8, prompt_terms=False)  # upstream's generation path: its sample terms
+    check_ledger(run, rows, 8, prompt_terms=False)  # upstream's generation path: its sample terms
     for row in rows.values():
         check_agent_rewards(row)
         assert not [k for k in row if k.startswith("adora")], row
@@ -513,7 +519,7 @@ def test_est_with_an_agent_and_dynamic_filtering(tmp_path, tiny_llama_path):
     rows = step_rows(tmp_path)
     assert sorted(rows) == [1, 2] and [rows[s]["rollout/num_samples"] for s in (1, 2)] == [16, 16]
     assert sum(rows[s]["ada_dynamic_filtered"] for s in rows) == 1  # the never-solved prompt, replaced
-    check_ledger(rows, 9)
+    check_ledger(run, rows, 9)
     for row in rows.values():
         assert (row["ada_alloc_min"], row["ada_alloc_max"]) == (4, 4)
         check_agent_rewards(row)

@@ -354,3 +354,14 @@ def test_epoch_coverage_counts_duplicates_by_key():
     with pytest.raises(LedgerError, match=r"epoch 3: the prompt coverage does not balance: 1 prompt\(s\) .*"
                                           r"ledger/epoch_prompts_unaccounted = 1.*a: data 2, drawn 2, settled 1"):
         check_epoch(3, drawn, {"trained": Counter({"a": 1, "b": 1, "c": 1})}, data, whole=True)
+
+
+def test_an_epochs_coverage_reads_as_one_line():
+    """The line the generator logs for each epoch it checks (the run's last epoch reaches no tracker otherwise)."""
+    from openrlhf_ada.trainer.ledger import check_epoch, describe_epoch
+
+    drawn = Counter({"a": 2, "b": 1, "c": 1})
+    metrics = check_epoch(3, drawn, {"trained": Counter({"a": 2}), "skipped": Counter({"b": 1}),
+                                     "left_at_end": Counter({"c": 1})})
+    assert describe_epoch(metrics) == ("ledger: epoch 3 covered: 4 prompts drawn, 2 trained, 1 skipped, 0 filtered, "
+                                       "0 failed, 0 dropped, 0 cut, 1 left_at_end, 0 unaccounted")

@@ -152,6 +152,14 @@ def _key_gap(key, drawn: Counter, settled: Counter, dataset: Optional[Counter], 
     return gap
 
 
+def describe_epoch(metrics: Mapping[str, float]) -> str:
+    """One line for an epoch's coverage metrics (`check_epoch`'s): "ledger: epoch 2 covered: 12 prompts drawn, 12
+    trained, 0 skipped, ..., 0 unaccounted"."""
+    outcomes = ", ".join(f"{int(metrics[f'ledger/epoch_prompts_{o}'])} {o}" for o in OUTCOMES)
+    return (f"ledger: epoch {int(metrics['ledger/epoch'])} covered: {int(metrics['ledger/epoch_prompts_drawn'])} "
+            f"prompts drawn, {outcomes}, {int(metrics[EPOCH_UNACCOUNTED])} unaccounted")
+
+
 def check_epoch(epoch: int, drawn: Counter, outcomes: Mapping[str, Counter], dataset: Optional[Counter] = None,
                 whole: bool = False) -> Dict[str, float]:
     """An epoch's coverage once its last prompt is settled: its counts as metrics (`ledger/epoch`,

@@ -489,7 +489,10 @@ class RoundsSamplesGenerator(SamplesGenerator):
 
     def _check_epochs(self) -> Dict[str, float]:
         """Coverage of every epoch whose loader ran out and whose prompts are all settled (none in a group carried
-        or buffered for a later step): `ledger.check_epoch`; the last one's metrics."""
+        or buffered for a later step): `ledger.check_epoch`; the last one's metrics. Each is also logged as a line
+        (`ledger.describe_epoch`): the run's last epoch usually closes in a call that finds the data exhausted and
+        returns no samples, after the last step was logged, so its metrics reach no tracker; the line says it was
+        checked."""
         waiting = {self._group_origin.get(gid, (None,))[0]
                    for gid in group_ids(self._carry) + group_ids(getattr(self, "_sample_buffer", None) or [])}
         if not self._dataset_known:
@@ -500,6 +503,7 @@ class RoundsSamplesGenerator(SamplesGenerator):
                 continue
             metrics = ledger.check_epoch(epoch, self._cover_drawn.pop(epoch), self._cover_out.pop(epoch, {}),
                                          self._dataset_counts, whole=epoch not in self._epochs_resumed)
+            logger.info(ledger.describe_epoch(metrics))
         return metrics
 
     # -- the state a step changes: through these, by the step (round_loop.RoundStep) -------------------------------
