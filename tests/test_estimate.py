@@ -74,7 +74,7 @@ def test_est_config_defaults_and_history():
     est = c.resolved
     assert est.budget == 8 and (est.n_min, est.n_max) == (2, 32)
     assert c.history_config.ema and c.weight_kind == "inv_sqrt_pass_rate"
-    assert c.advantage_baseline("rloo") == "group" and c.requests_per_prompt == 8 and c.max_samples == 32
+    assert c.advantage_baseline("rloo") == "group" and c.requests_per_prompt == 16 and c.max_samples == 32
     assert Seq(n=8).weight_kind == "none" and not Seq(n=8).history_config.ema
     with pytest.raises(ValueError, match="n_samples_per_prompt"):
         Est(n=40)  # budget above --ada.est_max 32

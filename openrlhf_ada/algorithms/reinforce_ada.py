@@ -324,8 +324,10 @@ class Est:
 
     @property
     def requests_per_prompt(self) -> int:
-        """A step's requests per prompt on average: exactly the budget n (counts vary, their total does not)."""
-        return self.n
+        """Room for a step's requests per prompt: twice the budget n. The step sends exactly n per prompt in all,
+        but the counts vary by prompt and the engines are balanced by requests at each dispatch of one count, so
+        one engine can get well above its even share."""
+        return 2 * self.n
 
     @property
     def history_config(self) -> HistoryConfig:

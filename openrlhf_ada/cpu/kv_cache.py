@@ -69,8 +69,8 @@ def kv_cache_bytes(shape: KvShape, max_model_len: int, sequences: int, margin: f
 
 
 def requests_per_prompt(args) -> int:
-    """The requests per prompt a step has out at once: n for a plain group, Seq's largest round, Est's budget n (its
-    counts vary by prompt, the step's total is exactly n per prompt): the strategy config's `requests_per_prompt`."""
+    """The requests per prompt a step has out at once: n for a plain group, Seq's largest round, twice Est's budget
+    (its counts vary by prompt, and an engine may get more than its share): the config's `requests_per_prompt`."""
     from openrlhf_ada.args import sampling_config
 
     config = sampling_config(args) if getattr(args, "ada", None) is not None else None
