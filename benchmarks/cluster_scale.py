@@ -531,6 +531,30 @@ def growth(summary: list, setting: str) -> list:
 
 
 UPSTREAM_TARGET, FIXED_N_TARGET, GROWTH_TARGET = 0.5, 1.5, 1.1  # per step; exponent against generated samples
+RSS_TARGET_MB, POOL_BYTES_TARGET = 1500, 10  # Reinforce-Ada async's step peak RSS growth; pools' bytes per held token
+
+
+def memory_targets(summary: list) -> list:
+    """At every shape: the step's peak RSS growth of Reinforce-Ada async (target at most RSS_TARGET_MB) beside
+    upstream's and fixed n's; and the pools' bytes per held response token in every project row (at most
+    POOL_BYTES_TARGET)."""
+    lines = []
+    for prompts, n in sorted({(m["prompts"], m["n"]) for m in summary}):
+        at = {m["setting"]: m for m in summary if (m["prompts"], m["n"]) == (prompts, n)}
+        ada = at.get("Reinforce-Ada async")
+        if ada is None:
+            continue
+        others = "; ".join(f"{name} {at[name]['peak_rss_mb']:.0f} MB" for name in
+                           ("upstream GRPO", "upstream GRPO (A/A)", "project GRPO (fixed n)") if name in at)
+        lines.append(f"- {prompts}x{n}, the step's peak RSS growth (target for Reinforce-Ada async: at most "
+                     f"{RSS_TARGET_MB / 1000:.1f} GB): Reinforce-Ada async {ada['peak_rss_mb']:.0f} MB "
+                     f"({'met' if ada['peak_rss_mb'] <= RSS_TARGET_MB else 'not met'}); {others}.")
+    held = [m["pool_bytes_per_token"] for m in summary if m.get("pool_bytes_per_token") is not None]
+    if held:
+        lines.append(f"- The pools' bytes per held response token (target: at most {POOL_BYTES_TARGET}): "
+                     f"{min(held):.2f}-{max(held):.2f} over the project's rows "
+                     f"({'met' if max(held) <= POOL_BYTES_TARGET else 'not met'}).")
+    return lines
 
 
 def per_step_targets(summary: list) -> list:
@@ -608,6 +632,7 @@ def render(result: dict, summary: list, command: str, note: str = "") -> str:
             + (f"{m['pool_bytes_per_token']:.2f} |" if m.get("pool_bytes_per_token") is not None else "- |"))
     lines += ["", "### Targets", ""]
     lines += per_step_targets(summary)
+    lines += memory_targets(summary)
     held = max(m["held_by_generator_mb"] for m in summary)
     lines.append(f"- Memory held by the samples generator after a step (the trained batch handed on): at most "
                  f"{held:.2f} MB in every row (the target: nothing beyond the trained batch).")

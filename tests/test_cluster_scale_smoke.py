@@ -112,3 +112,21 @@ def test_per_step_targets_by_hand():
     assert "Reinforce-Ada sync 6.0 s: 0.60x upstream (not met), 2.00x fixed n (not met)" in lines[0]
     assert "A/A 0.90x upstream" in lines[0]
     assert cs.per_step_targets([row("upstream GRPO", 10.0)]) == []  # nothing to compare at that shape
+
+
+def test_memory_targets_by_hand():
+    """Reinforce-Ada async's step peak RSS growth against 1.5 GB (1,400 MB: met at 512x32; 1,600 MB: not met at
+    1024x32), and the pools' bytes per held token over the project's rows against 10 (8.9 and 10.4: not met)."""
+    cs = load()
+
+    def row(setting, rss, prompts, pool=None):
+        return {"setting": setting, "prompts": prompts, "n": 32, "peak_rss_mb": rss, "pool_bytes_per_token": pool}
+
+    summary = [row("upstream GRPO", 300.0, 512), row("project GRPO (fixed n)", 200.0, 512, 8.9),
+               row("Reinforce-Ada async", 1400.0, 512, 9.5), row("Reinforce-Ada async", 1600.0, 1024, 10.4)]
+    lines = cs.memory_targets(summary)
+    assert lines[0] == ("- 512x32, the step's peak RSS growth (target for Reinforce-Ada async: at most 1.5 GB): "
+                        "Reinforce-Ada async 1400 MB (met); upstream GRPO 300 MB; project GRPO (fixed n) 200 MB.")
+    assert "1024x32" in lines[1] and "1600 MB (not met)" in lines[1]
+    assert lines[2] == "- The pools' bytes per held response token (target: at most 10): 8.90-10.40 over the project's " \
+                       "rows (not met)."
