@@ -57,6 +57,16 @@ def usable_samples(group_sizes: Sequence[int], unit: int) -> int:
     return usable
 
 
+def group_ids(samples) -> List[int]:
+    """The group ids of a run of whole groups, in order (one per group), read as `trained_group_sizes` reads them."""
+    ids: List[int] = []
+    for e in samples:
+        gid = int(e.info["ada_group"].reshape(-1)[0])
+        if not ids or ids[-1] != gid:
+            ids.append(gid)
+    return ids
+
+
 def trained_group_sizes(samples) -> List[int]:
     """The sizes of a step's groups, in order, read from each sample's group id (`info["ada_group"]`, stamped by the
     samples generator when it builds the step, on every training path)."""

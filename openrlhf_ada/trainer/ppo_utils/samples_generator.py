@@ -58,7 +58,7 @@ from openrlhf_ada.algorithms.history import HistoryConfig, PromptHistory, prompt
 from openrlhf_ada.algorithms.reinforce_ada import PromptPool
 from openrlhf_ada.args import fault_config, skip_rule
 from openrlhf_ada.trainer import ledger
-from openrlhf_ada.trainer.ppo_utils.batching import trained_group_sizes, usable_samples
+from openrlhf_ada.trainer.ppo_utils.batching import group_ids, trained_group_sizes, usable_samples
 from openrlhf_ada.trainer.ppo_utils.sample_failures import reward_failed
 from openrlhf_ada.trainer.ppo_utils.stall_watch import StallWatch
 from openrlhf_ada.trainer.ppo_utils.strategy import choose_sampling
@@ -80,16 +80,6 @@ class StepSamples(list):
 
     ledger: Dict[str, float] = {}
     metrics: Dict[str, float] = {}
-
-
-def group_ids(samples: List[Experience]) -> List[int]:
-    """The group ids of a run of whole groups, in order (one per group)."""
-    ids: List[int] = []
-    for e in samples:
-        gid = int(e.info["ada_group"].reshape(-1)[0])
-        if not ids or ids[-1] != gid:
-            ids.append(gid)
-    return ids
 
 
 def mean_over_samples(per_group: List[Tuple[int, dict]], total: int) -> Dict[str, float]:
@@ -199,6 +189,7 @@ class RoundsSamplesGenerator(SamplesGenerator):
         self._group_origin: Dict[int, Tuple[int, str]] = {}
         self._dataset_counts: Optional[Counter] = None
         self._dataset_known = False
+        self._group_metrics: Dict[int, dict] = {}  # group id -> its step's metrics, until the group is handed over
         self._tokenizer_handle: Optional[TokenizerHandle] = None  # the tokenizer in Ray's object store, put once
         if self.transport_class is StreamTransport:
             check_streaming_engines(self.vllm_engines)
@@ -461,14 +452,6 @@ class RoundsSamplesGenerator(SamplesGenerator):
         return out
 
     # -- the step's metrics, beside the samples ----------------------------------------------------------------------
-    @property
-    def _group_metrics(self) -> Dict[int, dict]:
-        """group id -> the metrics of the step that built the group, for the groups not yet handed over."""
-        table = self.__dict__.get("_group_metrics_table")
-        if table is None:
-            table = self.__dict__["_group_metrics_table"] = {}
-        return table
-
     def note_group_metrics(self, group: torch.Tensor, metrics: dict) -> None:
         """A built group and its step's metrics (one dict the step's groups share), kept until the group is handed
         over: it may be carried or wait in upstream's buffer and be trained with a later call's groups."""
@@ -482,10 +465,13 @@ class RoundsSamplesGenerator(SamplesGenerator):
         if samples:
             per_group = [(size, table.get(gid, {})) for gid, size in zip(group_ids(samples), self.last_group_sizes)]
             samples.metrics = mean_over_samples(per_group, len(samples))
-        waiting = group_ids(self._carry) + group_ids(getattr(self, "_sample_buffer", None) or [])
-        kept = {gid: table[gid] for gid in waiting if gid in table}
+        kept = {gid: table[gid] for gid in self._waiting_group_ids() if gid in table}
         table.clear()
         table.update(kept)
+
+    def _waiting_group_ids(self) -> List[int]:
+        """The groups built but not yet handed over: carried to the next step, or in upstream's buffer."""
+        return group_ids(self._carry) + group_ids(getattr(self, "_sample_buffer", None) or [])
 
     def _check_epochs(self) -> Dict[str, float]:
         """Coverage of every epoch whose loader ran out and whose prompts are all settled (none in a group carried
@@ -493,8 +479,7 @@ class RoundsSamplesGenerator(SamplesGenerator):
         (`ledger.describe_epoch`): the run's last epoch usually closes in a call that finds the data exhausted and
         returns no samples, after the last step was logged, so its metrics reach no tracker; the line says it was
         checked."""
-        waiting = {self._group_origin.get(gid, (None,))[0]
-                   for gid in group_ids(self._carry) + group_ids(getattr(self, "_sample_buffer", None) or [])}
+        waiting = {self._group_origin.get(gid, (None,))[0] for gid in self._waiting_group_ids()}
         if not self._dataset_known:
             self._dataset_counts, self._dataset_known = dataset_prompt_counts(self.prompts_dataloader), True
         metrics: Dict[str, float] = {}
