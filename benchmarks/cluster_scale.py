@@ -9,10 +9,12 @@ data-parallel rank's share (`ray.put`, as `async_run_method_batch` does) and the
 (`split_experience_batch` + `remove_padding_in_sequences`, which upstream runs in the training actors).
 
 The one stand-in: `InstantEngine`, a Ray actor with the engines' remote interface (`generate_responses`,
-`generate_stream`, `cancel_stream`, `get_num_unfinished_requests`) that answers at once with the response dicts of
-the engine actor the setting runs on: upstream's (Python lists) for upstream's path, and for the project's the same
-dicts passed through the project's engine actor's own formatting (`compact_response`, trainer/ray/responses.py: token
-ids and log-probs as int32 / float32 arrays), so the benchmark measures the format the real engines send. Random
+`generate_rounds`, `generate_stream`, `cancel_stream`, `get_num_unfinished_requests`) that answers at once with the
+response dicts of the engine actor the setting runs on: upstream's (Python lists) for upstream's path, and for the
+project's the same dicts passed through the project's engine actor's own formatting (`compact_response`,
+trainer/ray/responses.py: token ids and log-probs as int32 / float32 arrays), so the benchmark measures the format the
+real engines send. Its `generate_rounds` (an engine's rounds of one dispatch in one call) is the engine actors' own
+function (trainer/ray/rounds_call.py) over an executor that answers at once: every round is back in its first message. Random
 token ids of natural lengths (log-normal, median a third of --max-new-tokens, cut there and marked
 truncated), log-probs for every token, and rewards drawn from each prompt's pass rate (a seeded mix: 25% p = 0,
 15% p = 1, 60% p ~ uniform(0, 1)). There is no model forward either: the action log-probs are the rollout's and the
@@ -94,19 +96,27 @@ def _engine_class():
     import ray
 
     from openrlhf_ada.trainer.ray.responses import compact_response
+    from openrlhf_ada.trainer.ray.rounds_call import generate_rounds
 
     @ray.remote(num_cpus=0)
     class InstantEngine:
         """The engines' remote interface, answering at once with upstream's response dicts, or with `project` as
-        the project's engine actor sends them (`compact_response`; module docstring)."""
+        the project's engine actor sends them (`compact_response`, and `generate_rounds` itself; module
+        docstring)."""
 
         def __init__(self, seed: int, vocab: int, project: bool):
             self.seed, self.vocab = seed, vocab
             self.format = compact_response if project else (lambda response: response)
             self.calls = 0
             self.stats = {"requests": 0, "samples": 0, "bytes_out": 0, "tokenizers": 0}
+            self._rounds = {}  # prompt -> its latest round's sampler (`generate_rounds`; one round of a prompt at a time)
+            self.executor = SimpleNamespace(execute=self._execute)  # what generate_rounds runs, answering at once
 
-        def _sample(self, rng, prompt: str, label: str, max_tokens: int):
+        async def _execute(self, *, prompt, label, **_):
+            rng, max_tokens = self._rounds[prompt]
+            return self._sample(rng, prompt, label, max_tokens, formatted=False)  # generate_rounds formats it
+
+        def _sample(self, rng, prompt: str, label: str, max_tokens: int, formatted: bool = True):
             p = float(label)
             median = max(8, max_tokens // 3)
             length = int(min(max_tokens, max(8, rng.lognormal(np.log(median), 0.6))))
@@ -114,7 +124,7 @@ def _engine_class():
             logps = -rng.exponential(0.7, PROMPT_TOKENS + length)
             reward = float(rng.random() < p)
             # what upstream's executor returns (lists), then the engine actor's formatting
-            return self.format({"prompt": prompt, "label": label, "observation_tokens": ids.tolist(),
+            return (self.format if formatted else (lambda response: response))({"prompt": prompt, "label": label, "observation_tokens": ids.tolist(),
                                 "action_ranges": [(PROMPT_TOKENS, PROMPT_TOKENS + length)], "reward": reward,
                                 "scores": reward, "rollout_log_probs": logps.tolist(),
                                 "truncated": length >= max_tokens, "extra_logs": {}})
@@ -152,6 +162,15 @@ def _engine_class():
             # every sample is there at once: one message, as the real engine sends samples that finish together
             yield {"samples": [{"index": int(j), "response": r} for j, r in zip(indices, out)], "end": True,
                    "cancelled": 0, "cancelled_tokens": 0}
+
+        async def generate_rounds(self, rounds, sampling_params, max_length, hf_tokenizer):
+            """The engine actors' own `generate_rounds` (rounds_call.py), each round counted as a request."""
+            self._rounds.update((prompt, self._start(prompt, label, sampling_params, hf_tokenizer, count))
+                                for _, prompt, label, count, _ in rounds)  # calls in flight hold other prompts
+            async for message in generate_rounds(self, rounds, sampling_params, max_length, hf_tokenizer):
+                for _, responses in message["rounds"]:
+                    self._sized(responses)
+                yield message
 
         async def cancel_stream(self, group_id) -> int:
             return 0
@@ -204,7 +223,8 @@ class CountingEngine:
 
     def __init__(self, actor, counter: Counter):
         self.actor = actor
-        for name in ("get_num_unfinished_requests", "generate_responses", "generate_stream", "cancel_stream",
+        for name in ("get_num_unfinished_requests", "generate_responses", "generate_rounds", "generate_stream",
+                     "cancel_stream",
                      "check_health", "reseed"):
             setattr(self, name, CountingMethod(getattr(actor, name), name, counter))
 

@@ -46,12 +46,22 @@ def test_train_local_refuses_cancel_with_the_transformers_engine(tmp_path, capsy
     assert "--ada.cancel needs the vLLM engine" in err and "--local.engine vllm" in err
 
 
-def test_the_generator_refuses_engines_that_cannot_stream():
-    args = parse_args(BASE + ["--ada.enable", "--ada.cancel"])
+def make(flags, engine):
+    return RoundsSamplesGenerator(strategy=SimpleNamespace(args=parse_args(BASE + flags)), prompts_dataloader=[],
+                                  eval_dataloader=None, tokenizer=None, vllm_engines=[engine])
+
+
+def test_the_generator_refuses_engines_that_cannot_take_its_calls():
+    """Upstream's engine (generate_responses only) is refused by every strategy's round loop, naming what it lacks;
+    an engine with `generate_rounds` but no streams serves every strategy but --ada.cancel."""
     plain = SimpleNamespace(generate_responses=None, get_num_unfinished_requests=None)  # upstream's methods only
     with pytest.raises(ValueError, match=r"--ada\.cancel needs rollout engines that stream.*engine 0"):
-        RoundsSamplesGenerator(strategy=SimpleNamespace(args=args), prompts_dataloader=[], eval_dataloader=None,
-                            tokenizer=None, vllm_engines=[plain])
-    args = parse_args(BASE + ["--ada.enable"])  # without --ada.cancel such an engine is fine
-    RoundsSamplesGenerator(strategy=SimpleNamespace(args=args), prompts_dataloader=[], eval_dataloader=None,
-                        tokenizer=None, vllm_engines=[plain])
+        make(["--ada.enable", "--ada.cancel"], plain)
+    for flags in ([], ["--ada.enable"], ["--ada.enable", "--ada.strategy", "est"]):
+        with pytest.raises(ValueError, match=r"round loop needs rollout engines .*`generate_rounds`.*engine 0"):
+            make(flags, plain)
+    rounds = SimpleNamespace(generate_responses=None, generate_rounds=None, get_num_unfinished_requests=None)
+    for flags in ([], ["--ada.enable"], ["--ada.enable", "--ada.strategy", "est"]):
+        make(flags, rounds)
+    with pytest.raises(ValueError, match=r"--ada\.cancel needs rollout engines that stream"):
+        make(["--ada.enable", "--ada.cancel"], rounds)

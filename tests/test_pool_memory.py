@@ -58,9 +58,9 @@ def executor_response(prompt: str, label: str, k: int) -> dict:
 def held_per_token(responses) -> float:
     """Bytes per held token once `responses` (as Ray hands them to the trainer: unpickled) are in a pool's records,
     fed as the round loop feeds a whole round (`RoundTransport.feed`)."""
-    item = SimpleNamespace(pool=PromptPool(Seq(n=SAMPLES, round_size=SAMPLES, max_rounds=1)))
-    message = pickle.loads(pickle.dumps(responses, protocol=5))
-    RoundTransport(NO_PENALTY).feed(item, message, lambda rs: [record_of(r, GEN) for r in rs])
+    item = SimpleNamespace(uid=0, pool=PromptPool(Seq(n=SAMPLES, round_size=SAMPLES, max_rounds=1)))
+    message = pickle.loads(pickle.dumps({"rounds": [(0, responses)]}, protocol=5))
+    assert RoundTransport(NO_PENALTY).feed([item], message, lambda rs: [record_of(r, GEN) for r in rs]) == [item]
     del message
     records = item.pool.items
     assert len(records) == SAMPLES and held_tokens(records) == SAMPLES * (PROMPT_TOKENS + RESPONSE_TOKENS)
@@ -69,8 +69,9 @@ def held_per_token(responses) -> float:
 
 def test_a_pool_holds_at_most_10_bytes_per_token_of_the_engine_actors_responses():
     prompt = "x" * PROMPT_CHARS
-    compact = costs.engine_responses(prompt, "l", None, GEN["max_len"], None, SAMPLES,
-                                     respond=executor_response)  # the engine actor's own generate_responses
+    (message,) = costs.engine_rounds([(0, prompt, "l", SAMPLES, None)], None, GEN["max_len"], None,
+                                     respond=executor_response)  # the engine actor's own generate_rounds
+    ((_, compact),) = message["rounds"]
     assert compact[0]["observation_tokens"].dtype == np.int32 and compact[0]["rollout_log_probs"].dtype == np.float32
     per_token = held_per_token(compact)
     assert 8 <= per_token <= 10, per_token
@@ -118,6 +119,8 @@ class Engine(costs.FakeEngine):
         self.generate_responses.fn = lambda *, prompt, label, sampling_params, max_length, hf_tokenizer, \
             num_samples, images=None: costs.Ref(costs.engine_responses(
                 prompt, label, sampling_params, max_length, hf_tokenizer, num_samples, images, respond=respond))
+        self.generate_rounds.fn = lambda rounds, sampling_params, max_length, hf_tokenizer: costs.Stream(
+            costs.engine_rounds(rounds, sampling_params, max_length, hf_tokenizer, respond=respond))
         self.generate_stream.fn = lambda group, prompt, label, sampling_params, max_length, hf_tokenizer, indices, \
             images=None: costs.Stream(costs.engine_messages(
                 group, prompt, label, sampling_params, max_length, hf_tokenizer, indices, images, respond=respond))

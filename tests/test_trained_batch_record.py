@@ -18,8 +18,8 @@ metrics still rode in `info`, leaving them out: moving them changed nothing else
 No Ray and no vLLM: `ray` in the round loop and in upstream's dispatch is the `FakeRay` of
 tests/test_trainer_side_costs.py (references ready at once), and the engine answers the j-th request ever made for a
 prompt with a fixed response: its tokens, length, truncation and reward depend only on (prompt, j), so the outcome does
-not depend on the order in which rounds are dispatched or collected. A round is the project's own engine actor's
-`generate_responses` on such answers, and a stream (--ada.cancel) its `generate_stream`: both hand them back compact
+not depend on the order in which rounds are dispatched or collected. An engine's rounds are the project's own engine actor's
+`generate_rounds` on such answers, and a stream (--ada.cancel) its `generate_stream`: both hand them back compact
 (token ids and log-probs as arrays, trainer/ray/responses.py), as the real engines do. The log-probs and KL of the tiny
 models are rounded to 1/1024 before the advantages are computed: a forward pass's last bits depend on the CPU's vector
 unit, the rounded values (and every sum of them here) do not, so the record holds on any machine.
@@ -67,7 +67,8 @@ def answer(prompt: str, label: str, j: int) -> dict:
 
 
 class Engine:
-    """generate_responses / generate_stream / cancel_stream / get_num_unfinished_requests, answering at once."""
+    """generate_responses / generate_rounds / generate_stream / cancel_stream / get_num_unfinished_requests, answering
+    at once."""
 
     def __init__(self):
         self.made = {}  # prompt -> requests made so far
@@ -89,8 +90,14 @@ class Engine:
             group, prompt, label, sampling_params, max_length, hf_tokenizer, indices, images,
             respond=lambda p, lab, k: answer(p, lab, first + k)))
 
+    def _rounds(self, rounds, sampling_params, max_length, hf_tokenizer):
+        first = {prompt: self._next(prompt, count) for _, prompt, _, count, _ in rounds}
+        return costs.Stream(costs.engine_rounds(rounds, sampling_params, max_length, hf_tokenizer,
+                                                respond=lambda p, lab, k: answer(p, lab, first[p] + k)))
+
     def __getattr__(self, name):
-        method = {"generate_responses": self._responses, "generate_stream": self._stream,
+        method = {"generate_responses": self._responses, "generate_rounds": self._rounds,
+                  "generate_stream": self._stream,
                   "cancel_stream": lambda group: costs.Ref(0),
                   "get_num_unfinished_requests": lambda: costs.Ref(0)}.get(name)
         if method is None:

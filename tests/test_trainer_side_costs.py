@@ -123,8 +123,27 @@ def engine_responses(prompt, label, sampling_params, max_length, hf_tokenizer, n
                                                 num_samples, images))
 
 
+def engine_rounds(rounds, sampling_params, max_length, hf_tokenizer, respond=None) -> list:
+    """The messages of the engine actor's own `generate_rounds` for these rounds, its executor answering the k-th
+    request of a prompt in the call with `respond(prompt, label, k)` (default `response`) at once (no vLLM, no Ray)."""
+    actor = object.__new__(_GuardedRolloutRayActor)  # its __init__ starts vLLM; generate_rounds needs the executor
+    made = {}
+    respond = respond or response
+
+    async def execute(*, prompt, label, **_):
+        k = made[prompt] = made.get(prompt, -1) + 1
+        return respond(prompt, label, k)
+
+    actor.executor = SimpleNamespace(execute=execute)
+
+    async def run():
+        return [m async for m in actor.generate_rounds(rounds, sampling_params, max_length, hf_tokenizer)]
+
+    return asyncio.run(run())
+
+
 class FakeEngine:
-    """generate_responses / generate_stream with Ray's pickling of the arguments; answers at once."""
+    """generate_responses / generate_rounds / generate_stream with Ray's pickling of the arguments; answers at once."""
 
     def __init__(self):
         self.calls = {}  # method -> calls
@@ -150,7 +169,12 @@ class FakeEngine:
             return Stream(engine_messages(group, prompt, label, sampling_params, max_length, hf_tokenizer, indices,
                                           images))
 
+        def rounds(rounds, sampling_params, max_length, hf_tokenizer):
+            self.tokenizers_seen.append(hf_tokenizer)
+            return Stream(engine_rounds(rounds, sampling_params, max_length, hf_tokenizer))
+
         self.generate_responses = Method(responses)
+        self.generate_rounds = Method(rounds)
         self.generate_stream = Method(stream)
         def cancel(group):
             return Ref(0)
@@ -197,8 +221,9 @@ ADA = ["--ada.enable", "--ada.round_size", "4", "--ada.max_rounds", "2"]
 
 @pytest.mark.parametrize("flags", [[], ADA, ADA + ["--ada.cancel"]], ids=["fixed_n", "ada", "ada_cancel"])
 def test_the_tokenizer_is_serialised_once_per_run_not_per_request(fake_ray, flags):
-    """Two steps, 10 requests each, over two engines: the tokenizer is pickled once (into the object store), and each
-    request carries the handle; every engine call still receives a tokenizer."""
+    """Two steps, 10 rounds each, over two engines: the tokenizer is pickled once (into the object store), and each
+    engine call carries the handle (a call per engine per step for whole rounds, 5 rounds each as upstream's balance
+    splits them; a call per round for streams); every engine call still receives a tokenizer."""
     engines = [FakeEngine(), FakeEngine()]
     gen = make_generator(engines, *flags)
     for _ in range(2):
@@ -206,11 +231,12 @@ def test_the_tokenizer_is_serialised_once_per_run_not_per_request(fake_ray, flag
         samples, *_ = gen.generate_samples(**GEN)
         assert len(samples) == PROMPTS * N
         assert all(p.rounds == 1 for p in gen.last_pools)  # resolved in round 1, as scripted
-    requests = sum(e.calls.get("responses", 0) + e.calls.get("stream", 0) for e in engines)
-    assert requests == 2 * PROMPTS
+    calls = 2 * PROMPTS if "--ada.cancel" in flags else 2 * len(engines)
+    assert [e.calls.get("responses", 0) for e in engines] == [0, 0]
+    assert sum(e.calls.get("rounds", 0) + e.calls.get("stream", 0) for e in engines) == calls
     assert serialised["tokenizer"] == 1  # 20 before: one per request
     seen = [t for e in engines for t in e.tokenizers_seen]
-    assert len(seen) == 2 * PROMPTS and all(isinstance(t, SimpleNamespace) for t in seen)
+    assert len(seen) == calls and all(isinstance(t, SimpleNamespace) for t in seen)
 
 
 @pytest.mark.parametrize("flags", [[], ADA + ["--ada.cancel"]], ids=["rounds", "streams"])

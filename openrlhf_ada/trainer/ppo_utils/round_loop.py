@@ -20,7 +20,7 @@ pools are one round of n (`FixedN`) and whose metrics leave out round and resolu
 Every per-prompt decision is the prompt's `PromptPool` (openrlhf_ada/algorithms/reinforce_ada.py); this module only
 moves data between the pools and the engines:
 
-- rounds go out through upstream's `_dispatch_prompts_to_vllm` (its least-loaded-engine balancing) with
+- rounds go to the engines upstream's `_dispatch_prompts_to_vllm` picks (its least-loaded-engine balancing) with
   `n_samples_per_prompt` set to the round size; each sample that comes back enters its pool as a light
   `SampleRecord` (reward, score, length, truncation: sample_record.py), and only the samples a settled prompt keeps
   are built into `Experience`s, by upstream's `_process_response_into_experience` (about one in five at n = 4);
@@ -46,9 +46,9 @@ moves data between the pools and the engines:
   statistics (for the pool baseline). The step's Reinforce-Ada metrics are not in any sample: the generator notes
   them once per group (`note_group_metrics`) and hands them over beside the samples (`StepSamples.metrics`).
 
-How rounds reach the engines and come back is the transport the generator gives the step (transport.py): one
-upstream call per round (`RoundTransport`), or with `--ada.cancel` one stream per round whose rest is cancelled once
-the prompt is resolved (`StreamTransport`). The step only waits on what the transport sent (`ray.wait`, `ray.get`)
+How rounds reach the engines and come back is the transport the generator gives the step (transport.py): one call
+per engine for the rounds a dispatch gives it, each round back whole as soon as it is done (`RoundTransport`), or
+with `--ada.cancel` one stream per round whose rest is cancelled once the prompt is resolved (`StreamTransport`). The step only waits on what the transport sent (`ray.wait`, `ray.get`)
 and hands each message back to it; docs/algorithms.md explains the cancel order and its trade-off.
 """
 
@@ -146,7 +146,7 @@ class RoundStep:
         # judge the failed share once this many samples are back (a reward that always fails stops in round 1)
         self.min_judged = max(16, 2 * gen.args.rollout.n_samples_per_prompt)
         self.failures = FailureLog(build=self.experience)
-        self.pending: dict = {}  # the transport's reference (a round, or a round's stream) -> ActivePrompt
+        self.pending: dict = {}  # the transport's reference (an engine's rounds, or a round's stream) -> its prompts
         self.to_dispatch: List[ActivePrompt] = []  # next rounds (and replacements) decided in this wait
         self.waiting_round: List[ActivePrompt] = []  # sync schedule: prompts whose next round waits for the barrier
         self.refill = 0  # replacement prompts to draw after this wait
@@ -175,8 +175,7 @@ class RoundStep:
                 if not ready:
                     self.gen._check_stalled(watch, len(self.pending))
                 for ref in ready:
-                    item = self.collect(ref, watch)
-                    if item is not None:
+                    for item in self.collect(ref, watch):
                         self.decide(item)
                 self.replace_held_back()
                 self.to_dispatch += self.draw(self.refill)
@@ -185,7 +184,7 @@ class RoundStep:
                 if batch:
                     self.dispatch(batch)
         finally:  # a step that ends (or fails) leaves nothing generating
-            self.transport.close(list(self.pending.values()))
+            self.transport.close([item for items in self.pending.values() for item in items])
         self.pbar.close()
         metrics = self.metrics()
         return self.build(metrics), self.prompts_consumed, self.exhausted
@@ -249,33 +248,38 @@ class RoundStep:
             self.pending.update(self.transport.send(items, size, self.generate_kwargs))
 
     # -- collect ------------------------------------------------------------------------------------------------
-    def collect(self, ref, watch: StallWatch) -> Optional[ActivePrompt]:
-        """Take what `ref` brought back into its prompt's pool (a whole round, or one message of a round's stream),
-        one `ray.get` either way. Returns the prompt when its round is over (to be decided), None while its round
-        goes on (more of its stream to come) or runs again (a lost engine)."""
-        item = self.pending[ref]
+    def collect(self, ref, watch: StallWatch) -> List[ActivePrompt]:
+        """Take the next message of `ref` (whole rounds of an engine's call, or some samples of a round's stream)
+        into its prompts' pools, one `ray.get`. Returns the prompts whose rounds are over (to be decided); a prompt
+        whose round goes on (more of its stream to come) or runs again (a lost engine) is not among them."""
+        items = self.pending[ref]
         try:
             message = ray.get(self.transport.message_ref(ref))
         except ENGINE_ERRORS as e:
-            return self.engine_lost(ref, item, e)
+            return self.engine_lost(ref, items, e)
         watch.progress()
-        if not self.transport.feed(item, message, self.records_of):
-            return None
-        self.pending.pop(ref)
-        return item
+        over = self.transport.feed(items, message, self.records_of)
+        for item in over:
+            items.remove(item)
+        if not items:
+            self.pending.pop(ref)
+        return over
 
-    def engine_lost(self, ref, item: ActivePrompt, error) -> Optional[ActivePrompt]:
-        """An engine died mid-round (its actor, or the vLLM engine core inside a live actor): the round is lost, not
-        counted, and runs again elsewhere (a stream: only its requests that had not come back, `runs_again`). A task
-        error with every engine healthy is a bug, raised as it is."""
+    def engine_lost(self, ref, items: List[ActivePrompt], error) -> List[ActivePrompt]:
+        """An engine died mid-call (its actor, or the vLLM engine core inside a live actor): the rounds not back yet
+        are lost, not counted, and run again elsewhere (a stream: only its requests that had not come back,
+        `runs_again`). A task error with every engine healthy is a bug, raised as it is."""
         self.pending.pop(ref, None)
         if not self.gen._drop_dead_engines(error) and isinstance(error, ray.exceptions.RayTaskError):
             raise error
         self.engine_failures += 1
-        if self.transport.runs_again(item):
-            self.to_dispatch.append(item)
-            return None
-        return item
+        over = []
+        for item in items:
+            if self.transport.runs_again(item):
+                self.to_dispatch.append(item)
+            else:
+                over.append(item)
+        return over
 
     def records_of(self, responses) -> List[SampleRecord]:
         """The records of a whole round (or of one streamed sample), counted and judged for failed rewards."""

@@ -7,7 +7,7 @@
 
 Each strategy is a frozen config of its own (args.sampling_config builds it: no config carries another strategy's
 settings, and the experience maker reads its baseline and prompt weight from the same build) and a step (round_loop.py, est_step.py); the transport (transport.py) is the
-stream of `--ada.cancel` or one upstream call per round. The samples generator reads the choice, never the flags
+stream of `--ada.cancel` or one call per engine for a dispatch's rounds. The samples generator reads the choice, never the flags
 again, and what comes after a step's build reads the groups from the samples (their `ada_group` ids).
 """
 

@@ -1,10 +1,15 @@
 """How a step's rounds reach the engines and come back: a transport the generator gives each step.
 
 A step (round_loop.py) decides which prompts get which next round; the transport carries them and feeds what comes
-back into each prompt's pool. Two transports, chosen once from the flags:
+back into each prompt's pool. Both let upstream's `_dispatch_prompts_to_vllm` choose each prompt's engine (its
+least-loaded-engine balancing, run with each engine behind a `_RecordingEngine` that notes the calls upstream makes
+instead of making them), then send them their own way. Two transports, chosen once from the flags:
 
-- `RoundTransport`: each round as one call of upstream's `_dispatch_prompts_to_vllm` per round size (its
-  least-loaded-engine balancing), the whole round back at once (`PromptPool.add_round`);
+- `RoundTransport`: the rounds one dispatch gives an engine as ONE call, `generate_rounds` of the project's engine
+  actors (trainer/ray/rounds_call.py), a Ray streaming call that hands each round back whole as soon as its samples
+  are all back (`PromptPool.add_round`), so a prompt's next round never waits for another prompt's. One call per
+  engine per dispatch, where upstream's dispatch makes one per prompt: Reinforce-Ada's rounds multiply the dispatches'
+  prompts, not the calls;
 - `StreamTransport` (`--ada.cancel`): each round as one Ray streaming call, `generate_stream` of the project's engine
   actor (openrlhf_ada/trainer/ray/vllm_engine.py), to the engine upstream's least-loaded choice picks. The samples
   come back as they are generated and scored, each message of the stream with every sample finished since the
@@ -14,22 +19,23 @@ back into each prompt's pool. Two transports, chosen once from the flags:
   round (`end_round`). A lost engine's requests that had not come back run again on another one.
 
 Both give the step the same four things: `round_size` (the requests a dispatch sends for a prompt), `send` (the
-calls, as (reference, prompt) pairs to wait on), `message_ref` (what to `ray.get` for a reference's next message),
-`feed` (a message into its pool: is the round over?), plus `runs_again` after a lost engine and `close` at the end of
-a step. The step keeps the waiting (`ray.wait`, `ray.get`) and everything the pools decide.
+calls, as (reference, its prompts) pairs to wait on), `message_ref` (what to `ray.get` for a reference's next
+message), `feed` (a message into its prompts' pools: whose rounds are over?), plus `runs_again` after a lost engine
+and `close` at the end of a step. The step keeps the waiting (`ray.wait`, `ray.get`) and everything the pools decide.
 """
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterator, List, Optional
+from typing import Callable, Dict, Optional
 
 from openrlhf_ada.trainer.ppo_utils.sample_record import penalised
 
 
 class RoundTransport:
-    """Each round as one upstream call per round size; the whole round comes back in one message."""
+    """The rounds one dispatch gives an engine as one streaming call; each round comes back whole, in one message with
+    every other round finished by then."""
 
     def __init__(self, generator):
         self.gen = generator
@@ -39,36 +45,47 @@ class RoundTransport:
         return item.pool.next_round_size()
 
     def send(self, items: list, size: int, generate_kwargs: dict) -> list:
-        """One upstream call for every prompt's round of `size` requests; returns [(reference, prompt)]."""
-        refs = self.gen._dispatch_prompts_to_vllm(
-            [it.prompt for it in items],
-            [it.label for it in items],
-            images=[it.image for it in items],
-            n_samples_per_prompt=size,
-            **generate_kwargs,
-        )
-        return list(zip(refs, items))
+        """Every prompt's round of `size` requests, one `generate_rounds` call per engine upstream's dispatch picked
+        (the rounds in the order drawn); returns [(reference, its prompts)]."""
+        by_engine: Dict[int, list] = {}  # id(engine) -> [(engine, item, call)], in the order upstream dispatched
+        for engine, item, call in upstream_calls(self.gen, items, size, generate_kwargs):
+            by_engine.setdefault(id(engine), []).append((engine, item, call))
+        sent = []
+        for calls in by_engine.values():
+            engine, _, first = calls[0]
+            rounds = [(item.uid, call["prompt"], call["label"], call["num_samples"], call.get("images"))
+                      for _, item, call in calls]
+            ref = engine.generate_rounds.remote(rounds, first["sampling_params"], first["max_length"],
+                                                first["hf_tokenizer"])
+            sent.append((ref, [item for _, item, _ in calls]))
+        return sent
 
     def message_ref(self, ref):
-        return ref
+        return next(ref)
 
-    def feed(self, item, message, records_of: Callable) -> bool:
-        """A whole round, in request order, into the prompt's pool; the round is over."""
-        records = records_of(message)
-        item.pool.add_round(
-            scores=[r.score for r in records],
-            rewards=penalised(records, self.gen.args),
-            items=records,
-            lengths=[r.length for r in records],
-        )
-        return True
+    def feed(self, items: list, message: dict, records_of: Callable) -> list:
+        """Each whole round in the message, in request order, into its prompt's pool; returns those prompts (their
+        rounds are over)."""
+        by_uid = {item.uid: item for item in items}
+        over = []
+        for uid, responses in message["rounds"]:
+            item = by_uid[uid]
+            records = records_of(responses)
+            item.pool.add_round(
+                scores=[r.score for r in records],
+                rewards=penalised(records, self.gen.args),
+                items=records,
+                lengths=[r.length for r in records],
+            )
+            over.append(item)
+        return over
 
     def runs_again(self, item) -> bool:
         """After a lost engine: the whole round runs again elsewhere."""
         return True
 
     def close(self, items) -> None:
-        """Nothing runs on after a step: each round was one call."""
+        """Nothing to cancel: a call ends with its rounds (a step that fails leaves its engines to finish them)."""
 
 
 @dataclass
@@ -103,23 +120,37 @@ class StreamTransport:
         return len(stream.outstanding)
 
     def send(self, items: list, size: int, generate_kwargs: dict) -> list:
-        return dispatch_streams(self.gen, items, [self._stream(it) for it in items], size, generate_kwargs, self.run)
+        """One `generate_stream` per prompt, for the requests of its open round not back yet, on the engine upstream's
+        dispatch picked; returns [(stream, [its prompt])]."""
+        sent = []
+        for engine, item, call in upstream_calls(self.gen, items, size, generate_kwargs):
+            stream = self._stream(item)
+            stream.streams += 1
+            stream.engine, stream.cancel_sent = engine, False
+            stream.group = f"{self.run}:{item.uid}:{item.pool.rounds}:{stream.streams}"
+            ref = engine.generate_stream.remote(stream.group, call["prompt"], call["label"], call["sampling_params"],
+                                                call["max_length"], call["hf_tokenizer"], sorted(stream.outstanding),
+                                                call.get("images"))
+            sent.append((ref, [item]))
+        return sent
 
     def message_ref(self, ref):
         return next(ref)
 
-    def feed(self, item, message: dict, records_of: Callable) -> bool:
+    def feed(self, items: list, message: dict, records_of: Callable) -> list:
         """One message of a round's stream: every sample the engine finished since its previous message, each
         entering the pool on its own as if it had come alone (the exit rule and the failed share are checked after
-        each), and in the stream's last message the end of the round. Returns whether the round is over."""
+        each), and in the stream's last message the end of the round. Returns [the prompt] when its round is over,
+        else []."""
+        (item,) = items
         last = "end" in message
         for sample in message["samples"]:
             self._add_sample(item, sample["index"], sample["response"], records_of, more_to_come=not last)
         if not last:
-            return False
+            return []
         self._stream(item).outstanding.clear()  # every request came back or was cancelled
         item.pool.end_round(cancelled_tokens=int(message["cancelled_tokens"]))
-        return True
+        return [item]
 
     def _add_sample(self, item, index: int, response: dict, records_of: Callable, more_to_come: bool) -> None:
         """One streamed sample into its prompt's pool. The first sample that resolves the prompt cancels the round's
@@ -153,47 +184,41 @@ class StreamTransport:
                 pass
 
 
-# -- one stream per round, through upstream's own dispatch -------------------------------------------------------------
-class _StreamStarter:
-    """Stands in for one engine's `generate_responses` inside upstream's `_dispatch_prompts_to_vllm`: the call upstream
-    makes for a prompt starts that prompt's stream (`generate_stream`) on the engine instead. `calls` is shared by
-    every engine's starter and yields the (prompt, open round) pairs in the order upstream dispatches them."""
+# -- upstream's dispatch, its calls noted instead of made -------------------------------------------------------------
+class _RecordingCall:
+    """Stands in for one engine's `generate_responses` inside upstream's `_dispatch_prompts_to_vllm`: notes the call
+    upstream makes for a prompt (its keyword arguments, the tokenizer already shipped as a handle) with the engine and
+    the prompt's step item, in the order upstream dispatches."""
 
-    def __init__(self, engine, calls: Iterator, run: str):
-        self.engine, self.calls, self.run = engine, calls, run
+    def __init__(self, engine, items: list, calls: list):
+        self.engine, self.items, self.calls = engine, items, calls
 
-    def remote(self, *, prompt, label, sampling_params, max_length, hf_tokenizer, num_samples, images=None):
-        item, stream = next(self.calls)
-        assert prompt == item.prompt, "upstream's dispatch no longer follows the order of the prompts"
-        stream.streams += 1
-        stream.engine, stream.cancel_sent = self.engine, False
-        stream.group = f"{self.run}:{item.uid}:{item.pool.rounds}:{stream.streams}"
-        return self.engine.generate_stream.remote(stream.group, prompt, label, sampling_params, max_length,
-                                                  hf_tokenizer, sorted(stream.outstanding), images)
+    def remote(self, **call):
+        item = self.items[len(self.calls)]
+        assert call["prompt"] == item.prompt, "upstream's dispatch no longer follows the order of the prompts"
+        self.calls.append((self.engine, item, call))
 
 
-class _StreamingEngine:
+class _RecordingEngine:
     """An engine as upstream's dispatch sees it: its load (`get_num_unfinished_requests`) and a `generate_responses`
-    that starts a stream."""
+    that notes the call."""
 
-    def __init__(self, engine, calls: Iterator, run: str):
+    def __init__(self, engine, items: list, calls: list):
         self.actor = engine  # what tokenizer_shipping.is_remote_engine looks at
         self.get_num_unfinished_requests = engine.get_num_unfinished_requests
-        self.generate_responses = _StreamStarter(engine, calls, run)
+        self.generate_responses = _RecordingCall(engine, items, calls)
 
 
-def dispatch_streams(generator, items: list, streams: List[OpenStream], size: int, generate_kwargs: dict,
-                     run: str) -> list:
-    """Start one `generate_stream` per prompt for the requests of its open round that are not back yet (`size`: the
-    round size, for upstream's load estimate). Engines, their order and the sampling parameters come from upstream's
-    `_dispatch_prompts_to_vllm` itself, run with each engine behind a `_StreamingEngine`. `run` keeps the streams'
-    group ids unique across steps. Returns [(stream, item)]."""
-    engines, calls = generator.vllm_engines, iter(list(zip(items, streams)))
-    generator.vllm_engines = [_StreamingEngine(e, calls, run) for e in engines]
+def upstream_calls(generator, items: list, size: int, generate_kwargs: dict) -> list:
+    """The calls upstream's `_dispatch_prompts_to_vllm` (through the generator's own, which ships the tokenizer
+    once) would make for `items`' prompts with `size` samples each, as [(engine, item, its keyword arguments)] in
+    the prompts' order, none of them made: engines, their balance and the sampling parameters stay upstream's."""
+    engines, calls = generator.vllm_engines, []
+    generator.vllm_engines = [_RecordingEngine(e, items, calls) for e in engines]
     try:
-        refs = generator._dispatch_prompts_to_vllm([it.prompt for it in items], [it.label for it in items],
-                                                   images=[it.image for it in items], n_samples_per_prompt=size,
-                                                   **generate_kwargs)
+        generator._dispatch_prompts_to_vllm([it.prompt for it in items], [it.label for it in items],
+                                            images=[it.image for it in items], n_samples_per_prompt=size,
+                                            **generate_kwargs)
     finally:
         generator.vllm_engines = engines
-    return list(zip(refs, items))
+    return calls

@@ -2,7 +2,8 @@
 
 It subclasses upstream's RolloutRayActor and replaces only the engine underneath: `generate_responses` (upstream's)
 still runs upstream's SingleTurnAgentExecutor (tokenisation, truncation, reward file, response dicts), each
-response handed back in the project's compact format (responses.py), as the vLLM actor's; this class answers its
+response handed back in the project's compact format (responses.py), as the vLLM actor's, and `generate_rounds`
+runs several prompts' rounds in one call as the vLLM actor's does (rounds_call.py); this class answers its
 `generate(prompt_token_ids, sampling_params)` calls. For machines where vLLM cannot run a model, and for exactly
 reproducible runs: the k-th sample of a prompt within a step is drawn with a seed derived from
 (seed, step, prompt tokens, k) (`request_seeds.py`), so it does not depend on other prompts or on scheduling.
@@ -23,6 +24,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from openrlhf_ada.trainer.ray.request_seeds import RequestSeeds
 from openrlhf_ada.trainer.ray.responses import compact_response
 from openrlhf_ada.trainer.ray.reward_guard import GuardedRewardExecutor
+from openrlhf_ada.trainer.ray.rounds_call import generate_rounds
 from openrlhf_ada.trainer.ray.vllm_engine import reward_timeout_from_env
 
 
@@ -74,6 +76,11 @@ class _HFRolloutActor(RolloutRayActor.__ray_actor_class__):
     async def generate_responses(self, *args, **kwargs):
         """Upstream's, each response compact (`compact_response`: token ids and log-probs as arrays)."""
         return [compact_response(r) for r in await super().generate_responses(*args, **kwargs)]
+
+    async def generate_rounds(self, rounds, sampling_params, max_length: int, hf_tokenizer):
+        """Several prompts' rounds in one call, each handed back once all its samples are back (rounds_call.py)."""
+        async for message in generate_rounds(self, rounds, sampling_params, max_length, hf_tokenizer):
+            yield message
 
     def get_num_unfinished_requests(self) -> int:
         return self._unfinished

@@ -15,7 +15,9 @@
   own seed from (seed, step, prompt tokens, k) (`request_seeds.py`), set per step by `reseed`: the runs of one seed
   share their draws where their sampling is the same, and a seeded evaluation draws the same samples for the same
   weights. Without it vLLM keeps the one seed it started with, as upstream's engines do;
-- every response handed back (`generate_responses`, `generate_stream`) in the project's format (responses.py):
+- `generate_rounds`: the rounds one dispatch gives this engine, in one call, each round handed back as soon as its
+  samples are all back (rounds_call.py), what the round loop sends without `--ada.cancel`;
+- every response handed back (`generate_responses`, `generate_stream`, `generate_rounds`) in the project's format (responses.py):
   upstream's response dict with its token ids as an int32 and its log-probs as a float32 array, what the trainer's
   pools hold until a prompt settles (about a ninth of the bytes of upstream's lists); a sample built for training gets
   lists of the same values back (the samples generator's `_process_response_into_experience`);
@@ -58,6 +60,7 @@ from openrlhf_ada.trainer.ray.engine_errors import EngineErrorLog
 from openrlhf_ada.trainer.ray.request_seeds import RequestSeeds
 from openrlhf_ada.trainer.ray.responses import compact_response
 from openrlhf_ada.trainer.ray.reward_guard import GuardedRewardExecutor
+from openrlhf_ada.trainer.ray.rounds_call import generate_rounds
 from openrlhf_ada.trainer.ray.weight_sync import reload_weights_from_file
 
 DEFAULT_REWARD_TIMEOUT = FaultConfig.reward_timeout  # --fault.reward_timeout's default
@@ -187,6 +190,11 @@ class _GuardedRolloutRayActor(RolloutRayActor.__ray_actor_class__):
     async def generate_responses(self, *args, **kwargs):
         """Upstream's, each response compact (`compact_response`: token ids and log-probs as arrays)."""
         return [compact_response(r) for r in await super().generate_responses(*args, **kwargs)]
+
+    async def generate_rounds(self, rounds, sampling_params, max_length: int, hf_tokenizer):
+        """Several prompts' rounds in one call, each handed back once all its samples are back (rounds_call.py)."""
+        async for message in generate_rounds(self, rounds, sampling_params, max_length, hf_tokenizer):
+            yield message
 
     async def load_weights_from_file(self, path: str) -> None:
         await self.llm.collective_rpc(reload_weights_from_file, args=(path,))
