@@ -60,7 +60,7 @@ def held_per_token(responses) -> float:
     fed as the round loop feeds a whole round (`RoundTransport.feed`)."""
     item = SimpleNamespace(uid=0, pool=PromptPool(Seq(n=SAMPLES, round_size=SAMPLES, max_rounds=1)))
     message = pickle.loads(pickle.dumps({"rounds": [(0, responses)]}, protocol=5))
-    assert RoundTransport(NO_PENALTY).feed([item], message, lambda rs: [record_of(r, GEN) for r in rs]) == [item]
+    assert RoundTransport(NO_PENALTY).feed({0: item}, message, lambda rs: [record_of(r, GEN) for r in rs]) == [item]
     del message
     records = item.pool.items
     assert len(records) == SAMPLES and held_tokens(records) == SAMPLES * (PROMPT_TOKENS + RESPONSE_TOKENS)

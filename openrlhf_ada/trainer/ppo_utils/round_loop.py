@@ -146,7 +146,7 @@ class RoundStep:
         # judge the failed share once this many samples are back (a reward that always fails stops in round 1)
         self.min_judged = max(16, 2 * gen.args.rollout.n_samples_per_prompt)
         self.failures = FailureLog(build=self.experience)
-        self.pending: dict = {}  # the transport's reference (an engine's rounds, or a round's stream) -> its prompts
+        self.pending: dict = {}  # the transport's reference (an engine's rounds, or a round's stream) -> {uid: prompt}
         self.to_dispatch: List[ActivePrompt] = []  # next rounds (and replacements) decided in this wait
         self.waiting_round: List[ActivePrompt] = []  # sync schedule: prompts whose next round waits for the barrier
         self.refill = 0  # replacement prompts to draw after this wait
@@ -173,7 +173,7 @@ class RoundStep:
             while self.pending:
                 ready = self.wait_ready(watch.interval)
                 if not ready:
-                    self.gen._check_stalled(watch, len(self.pending))
+                    self.gen._check_stalled(watch, sum(len(items) for items in self.pending.values()))  # rounds
                 for ref in ready:
                     for item in self.collect(ref, watch):
                         self.decide(item)
@@ -184,7 +184,7 @@ class RoundStep:
                 if batch:
                     self.dispatch(batch)
         finally:  # a step that ends (or fails) leaves nothing generating
-            self.transport.close([item for items in self.pending.values() for item in items])
+            self.transport.close([item for items in self.pending.values() for item in items.values()])
         self.pbar.close()
         metrics = self.metrics()
         return self.build(metrics), self.prompts_consumed, self.exhausted
@@ -245,7 +245,8 @@ class RoundStep:
         for item in batch:
             by_size.setdefault(self.transport.round_size(item), []).append(item)
         for size, items in by_size.items():
-            self.pending.update(self.transport.send(items, size, self.generate_kwargs))
+            self.pending.update((ref, {item.uid: item for item in sent})
+                                for ref, sent in self.transport.send(items, size, self.generate_kwargs))
 
     # -- collect ------------------------------------------------------------------------------------------------
     def collect(self, ref, watch: StallWatch) -> List[ActivePrompt]:
@@ -260,12 +261,12 @@ class RoundStep:
         watch.progress()
         over = self.transport.feed(items, message, self.records_of)
         for item in over:
-            items.remove(item)
+            del items[item.uid]
         if not items:
             self.pending.pop(ref)
         return over
 
-    def engine_lost(self, ref, items: List[ActivePrompt], error) -> List[ActivePrompt]:
+    def engine_lost(self, ref, items: dict, error) -> List[ActivePrompt]:
         """An engine died mid-call (its actor, or the vLLM engine core inside a live actor): the rounds not back yet
         are lost, not counted, and run again elsewhere (a stream: only its requests that had not come back,
         `runs_again`). A task error with every engine healthy is a bug, raised as it is."""
@@ -274,7 +275,7 @@ class RoundStep:
             raise error
         self.engine_failures += 1
         over = []
-        for item in items:
+        for item in items.values():
             if self.transport.runs_again(item):
                 self.to_dispatch.append(item)
             else:

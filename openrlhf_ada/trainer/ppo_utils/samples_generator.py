@@ -63,8 +63,12 @@ from openrlhf_ada.trainer.ppo_utils.sample_failures import reward_failed
 from openrlhf_ada.trainer.ppo_utils.stall_watch import StallWatch
 from openrlhf_ada.trainer.ppo_utils.strategy import choose_sampling
 from openrlhf_ada.trainer.ppo_utils.transport import StreamTransport
-from openrlhf_ada.trainer.ray.engine_health import (check_round_engines, check_streaming_engines, lost_engines_message,
-                                                   probe_engines)
+from openrlhf_ada.trainer.ray.engine_health import (
+    check_round_engines,
+    check_streaming_engines,
+    lost_engines_message,
+    probe_engines,
+)
 from openrlhf_ada.trainer.ray.responses import listed_response
 from openrlhf_ada.trainer.ray.tokenizer_shipping import ShippingEngine, TokenizerHandle, is_remote_engine
 

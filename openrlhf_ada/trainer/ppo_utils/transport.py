@@ -20,7 +20,7 @@ instead of making them), then send them their own way. Two transports, chosen on
 
 Both give the step the same four things: `round_size` (the requests a dispatch sends for a prompt), `send` (the
 calls, as (reference, its prompts) pairs to wait on), `message_ref` (what to `ray.get` for a reference's next
-message), `feed` (a message into its prompts' pools: whose rounds are over?), plus `runs_again` after a lost engine
+message), `feed` (a message into the pools of its call's prompts not back yet, by uid: whose rounds are over?), plus `runs_again` after a lost engine
 and `close` at the end of a step. The step keeps the waiting (`ray.wait`, `ray.get`) and everything the pools decide.
 """
 
@@ -63,13 +63,12 @@ class RoundTransport:
     def message_ref(self, ref):
         return next(ref)
 
-    def feed(self, items: list, message: dict, records_of: Callable) -> list:
-        """Each whole round in the message, in request order, into its prompt's pool; returns those prompts (their
-        rounds are over)."""
-        by_uid = {item.uid: item for item in items}
+    def feed(self, items: dict, message: dict, records_of: Callable) -> list:
+        """Each whole round in the message, in request order, into its prompt's pool (`items`: the call's prompts not
+        back yet, by uid); returns those prompts (their rounds are over)."""
         over = []
         for uid, responses in message["rounds"]:
-            item = by_uid[uid]
+            item = items[uid]
             records = records_of(responses)
             item.pool.add_round(
                 scores=[r.score for r in records],
@@ -137,12 +136,12 @@ class StreamTransport:
     def message_ref(self, ref):
         return next(ref)
 
-    def feed(self, items: list, message: dict, records_of: Callable) -> list:
-        """One message of a round's stream: every sample the engine finished since its previous message, each
-        entering the pool on its own as if it had come alone (the exit rule and the failed share are checked after
-        each), and in the stream's last message the end of the round. Returns [the prompt] when its round is over,
-        else []."""
-        (item,) = items
+    def feed(self, items: dict, message: dict, records_of: Callable) -> list:
+        """One message of a round's stream (`items`: its one prompt, by uid): every sample the engine finished since
+        its previous message, each entering the pool on its own as if it had come alone (the exit rule and the failed
+        share are checked after each), and in the stream's last message the end of the round. Returns [the prompt]
+        when its round is over, else []."""
+        (item,) = items.values()
         last = "end" in message
         for sample in message["samples"]:
             self._add_sample(item, sample["index"], sample["response"], records_of, more_to_come=not last)
