@@ -100,6 +100,9 @@ class EqualTokensRules:
     reproduced: Tuple[str, ...] = ("avg_at_k", "accuracy", "tokens")  # equal at update 24, bit for bit
     late_steps: int = 8  # the time estimate reads the committed run's last 8 updates (two visits of the pool)
     hours: float = 7.0  # the machine time, the machine alone
+    #: runs that did not have the machine alone, whose computation equals a committed run's made alone: the time rule
+    #: counts their estimate (that run's minutes) as measured (docs/learning.md, rule 5's amendment of 2026-12-07)
+    not_alone: Tuple[Tuple[str, int], ...] = (("ada_repeat", 1),)
     planning_sd: float = 0.0295  # the sd of the paired differences seq_vs_grpo observed
     sd_interval: Tuple[float, float] = (0.018, 0.072)  # its 95% interval (chi-square, 5 degrees of freedom)
     effect: float = 0.04  # the effect the power is stated at

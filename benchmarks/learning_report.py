@@ -833,11 +833,14 @@ def run_estimates(a, committed: Dict[tuple, dict]) -> Dict[tuple, dict]:
 
 
 def time_check(a, committed: Dict[tuple, dict]) -> dict:
-    """The time rule now: this design's finished runs' minutes, and the estimates of those to come, in order."""
+    """The time rule now: this design's finished runs' minutes, and the estimates of those to come, in order. A run
+    the design lists as not having had the machine alone (`not_alone`) counts its estimate as measured."""
     runs = {(r["setting"], r["seed"]): r for r in finished_runs(a)}
     estimates = run_estimates(a, committed)
     order = designs.equal_tokens_order(a.design, a.seeds)
-    finished = [(runs[k]["process_seconds"] / 60.0, estimates[k]["minutes"]) for k in order if k in runs]
+    alone = set(map(tuple, a.design.rules.not_alone))
+    finished = [(estimates[k]["minutes"] if k in alone else runs[k]["process_seconds"] / 60.0, estimates[k]["minutes"])
+                for k in order if k in runs]
     return plan_rules.equal_tokens_time_rule(sum(m for m, _ in finished), finished,
                                              [estimates[k]["minutes"] for k in order if k not in runs],
                                              a.design.rules.hours)

@@ -662,6 +662,28 @@ def test_equal_tokens_runner_stops_at_a_rerun_that_does_not_reproduce(lc, lr, tm
     assert "**verdict: no verdict: the reproduction check failed (seed(s) 2)**" in body
 
 
+def test_the_time_rule_counts_a_run_without_the_machine_alone_at_its_estimate(lc, lr, tmp_path):
+    """Rule 5's amendment: the Seq A/A (listed in `not_alone`) took 610 s where its committed run took 600 s alone; the
+    time rule counts it at its estimate, 10.0 minutes, and the four reruns at their measured 15.0 each: 70.0 minutes
+    spent, and the ratio is measured over estimated with the A/A at 10 / 10. Without the amendment it counts 10.17."""
+    import copy
+    import dataclasses
+
+    a, _, _ = _equal_tokens(lc, tmp_path)
+    committed = lr.committed_runs(a)
+    estimates = lr.run_estimates(a, committed)
+    assert estimates[("ada_repeat", 1)]["minutes"] == pytest.approx(10.0)
+    rerun_estimates = sum(estimates[("grpo", s)]["minutes"] for s in (1, 2, 3, 4))
+    check = lr.time_check(a, committed)
+    assert check["projected_minutes"] == pytest.approx(70.0)  # every run finished: nothing left to scale
+    assert check["ratio"] == pytest.approx(max(1.0, 70.0 / (10.0 + rerun_estimates)))
+    plain = copy.copy(a)
+    plain.design = dataclasses.replace(a.design, rules=dataclasses.replace(a.design.rules, not_alone=()))
+    check = lr.time_check(plain, committed)
+    assert check["projected_minutes"] == pytest.approx(610.0 / 60.0 + 60.0)
+    assert check["ratio"] == pytest.approx(max(1.0, (610.0 / 60.0 + 60.0) / (10.0 + rerun_estimates)))
+
+
 def test_equal_tokens_runner_refuses_other_problems_or_flags(lc, tmp_path):
     a, _, _ = _equal_tokens(lc, tmp_path)
     with open(os.path.join(a.reuse, "data", "eval.jsonl"), "a") as f:
