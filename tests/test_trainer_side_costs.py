@@ -293,3 +293,19 @@ def test_after_a_step_the_generator_keeps_no_sample(fake_ray, flags):
     assert len(gen.last_pools) == PROMPTS and all(p.count == N for p in gen.last_pools)
     assert reachable_experiences(gen) == []
     assert all(it is None for p in gen.last_pools for it in p.items)
+
+
+def test_an_engine_without_generate_rounds_gets_a_call_per_round_and_the_same_samples(fake_ray):
+    """Upstream's own engine has only `generate_responses`: the round loop sends it a call per round (10), and trains
+    the same samples as with the project's engine's one call per engine (1 call)."""
+    trained = {}
+    for kind in ("rounds", "upstream"):
+        engine = FakeEngine()
+        if kind == "upstream":
+            del engine.generate_rounds
+        gen = make_generator([engine], *ADA)
+        samples, *_ = gen.generate_samples(**GEN)
+        calls = {k: v for k, v in engine.calls.items() if k in ("responses", "rounds")}
+        assert calls == ({"rounds": 1} if kind == "rounds" else {"responses": PROMPTS})
+        trained[kind] = [(e.sequences.tolist(), e.rewards.tolist()) for e in samples]
+    assert len(trained["rounds"]) == PROMPTS * N and trained["rounds"] == trained["upstream"]

@@ -63,12 +63,7 @@ from openrlhf_ada.trainer.ppo_utils.sample_failures import reward_failed
 from openrlhf_ada.trainer.ppo_utils.stall_watch import StallWatch
 from openrlhf_ada.trainer.ppo_utils.strategy import choose_sampling
 from openrlhf_ada.trainer.ppo_utils.transport import StreamTransport
-from openrlhf_ada.trainer.ray.engine_health import (
-    check_round_engines,
-    check_streaming_engines,
-    lost_engines_message,
-    probe_engines,
-)
+from openrlhf_ada.trainer.ray.engine_health import check_streaming_engines, lost_engines_message, probe_engines
 from openrlhf_ada.trainer.ray.responses import listed_response
 from openrlhf_ada.trainer.ray.tokenizer_shipping import ShippingEngine, TokenizerHandle, is_remote_engine
 
@@ -198,8 +193,6 @@ class RoundsSamplesGenerator(SamplesGenerator):
         self._tokenizer_handle: Optional[TokenizerHandle] = None  # the tokenizer in Ray's object store, put once
         if self.transport_class is StreamTransport:
             check_streaming_engines(self.vllm_engines)
-        elif self.transport_class is not None:
-            check_round_engines(self.vllm_engines)
 
     @classmethod
     def from_upstream(cls, generator: SamplesGenerator, batch_unit: Optional[int] = None) -> "RoundsSamplesGenerator":

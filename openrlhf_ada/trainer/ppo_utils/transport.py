@@ -9,7 +9,8 @@ instead of making them), then send them their own way. Two transports, chosen on
   actors (trainer/ray/rounds_call.py), a Ray streaming call that hands each round back whole as soon as its samples
   are all back (`PromptPool.add_round`), so a prompt's next round never waits for another prompt's. One call per
   engine per dispatch, where upstream's dispatch makes one per prompt: Reinforce-Ada's rounds multiply the dispatches'
-  prompts, not the calls;
+  prompts, not the calls. An engine without `generate_rounds` (upstream's own RolloutRayActor) gets upstream's call
+  per round, `generate_responses`, its reply the whole round;
 - `StreamTransport` (`--ada.cancel`): each round as one Ray streaming call, `generate_stream` of the project's engine
   actor (openrlhf_ada/trainer/ray/vllm_engine.py), to the engine upstream's least-loaded choice picks. The samples
   come back as they are generated and scored, each message of the stream with every sample finished since the
@@ -53,6 +54,9 @@ class RoundTransport:
         sent = []
         for calls in by_engine.values():
             engine, _, first = calls[0]
+            if not hasattr(engine, "generate_rounds"):  # upstream's own engine: a call per round, as its dispatch
+                sent += [(engine.generate_responses.remote(**call), [item]) for _, item, call in calls]
+                continue
             rounds = [(item.uid, call["prompt"], call["label"], call["num_samples"], call.get("images"))
                       for _, item, call in calls]
             ref = engine.generate_rounds.remote(rounds, first["sampling_params"], first["max_length"],
@@ -61,11 +65,15 @@ class RoundTransport:
         return sent
 
     def message_ref(self, ref):
-        return next(ref)
+        """A streaming call's next message; a call of upstream's engine is its one reply."""
+        return next(ref) if hasattr(ref, "__next__") else ref
 
     def feed(self, items: dict, message: dict, records_of: Callable) -> list:
         """Each whole round in the message, in request order, into its prompt's pool (`items`: the call's prompts not
         back yet, by uid); returns those prompts (their rounds are over)."""
+        if isinstance(message, list):  # upstream's engine: one round's responses, the call's one prompt
+            (uid,) = items
+            message = {"rounds": [(uid, message)]}
         over = []
         for uid, responses in message["rounds"]:
             item = items[uid]

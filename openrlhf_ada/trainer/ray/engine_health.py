@@ -3,8 +3,7 @@
 `probe_engines` is the one health check that both the samples generator (it drops a dead engine and goes on) and
 the cluster trainer (it stops before the weight sync would wait for a dead engine) use; `lost_engines_message` is
 the one message for a run that stops on a lost engine, with `resume_hint` saying where the last checkpoint is.
-`check_streaming_engines` and `check_round_engines` refuse engines that cannot take the calls the step's transport
-makes (`--ada.cancel`'s streams, or an engine's rounds in one call)."""
+`check_streaming_engines` refuses engines that cannot do what `--ada.cancel` needs."""
 
 from __future__ import annotations
 
@@ -61,15 +60,3 @@ def check_streaming_engines(engines) -> None:
             "(train_ppo_ray, train_local --local.engine vllm) or drop --ada.cancel."
         )
 
-
-def check_round_engines(engines) -> None:
-    """The round loop without --ada.cancel sends each engine a dispatch's rounds in one call (`generate_rounds`,
-    rounds_call.py): the project's engine actors (GuardedRolloutRayActor on vLLM, HFRolloutActor). Raises ValueError
-    naming the others (upstream's own RolloutRayActor has only `generate_responses`)."""
-    lacking = [f"engine {i} ({engine})" for i, engine in enumerate(engines) if not hasattr(engine, "generate_rounds")]
-    if lacking:
-        raise ValueError(
-            f"the samples generator's round loop needs rollout engines that take several prompts' rounds in one "
-            f"call (`generate_rounds` of openrlhf_ada's engine actors); {', '.join(lacking)} cannot. Use the "
-            "project's launchers (train_ppo_ray, train_local), which build the project's engine actors."
-        )
