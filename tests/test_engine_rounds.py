@@ -164,3 +164,43 @@ def test_a_dropped_call_leaves_nothing_generating():
 
     asyncio.run(run())
 
+
+
+class Response(dict):
+    """A response the test can hold a weak reference to (a plain dict cannot be)."""
+
+
+def test_a_round_sent_back_is_no_longer_held_by_the_call():
+    """Rounds of 2 and 1 samples; prompt 0's round finishes and is sent back while prompt 1's request still waits.
+    Once the trainer has the message (and drops it), nothing in the running call holds prompt 0's responses: the
+    call keeps only the rounds not yet sent back, not every response until its last round."""
+    import gc
+    import weakref
+
+    async def run():
+        counts = (2, 1)
+        gates = gates_for(counts)
+        actor = make_actor(gates)
+        made = {}
+        execute = actor.executor.execute
+
+        async def execute_weakly(**kwargs):
+            response = Response(await execute(**kwargs))
+            made[response["i"], response["j"]] = weakref.ref(response)
+            return response
+
+        actor.executor.execute = execute_weakly
+        call = actor.generate_rounds(rounds_of(counts), None, 64, None)
+        first = asyncio.ensure_future(call.__anext__())
+        await settle()
+        gates[0, 0].open(), gates[0, 1].open()
+        assert summary(await first) == [("k0", [(0, 0), (0, 1)])]
+        del first
+        gc.collect()
+        assert made[0, 0]() is None and made[0, 1]() is None  # let go while the call goes on
+        gates[1, 0].open()
+        assert summary(await call.__anext__()) == [("k1", [(1, 0)])]
+        with pytest.raises(StopAsyncIteration):
+            await call.__anext__()
+
+    asyncio.run(run())

@@ -51,24 +51,42 @@ async def generate_rounds(actor, rounds: Sequence[Round], sampling_params, max_l
     try:
         while True:
             if finished:
-                yield _message(rounds, tasks_of, finished)
+                yield _message(rounds, tasks_of, round_of, finished)
                 finished = []
             if not pending:
                 return
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            for task in sorted(done, key=lambda t: round_of[t]):
-                if task.exception() is not None:  # the rounds finished before it in this turn, then the error
-                    if finished:
-                        yield _message(rounds, tasks_of, finished)
-                    raise task.exception()
-                position = round_of[task]
-                left[position] -= 1
-                if left[position] == 0:
-                    finished.append(position)
+            error = _count_done(done, round_of, left, finished)
+            del done  # the frame keeps no finished task past its round's message
+            if error is not None:  # the rounds finished before it in this turn, then the error
+                if finished:
+                    yield _message(rounds, tasks_of, round_of, finished)
+                raise error
     finally:  # the call failed or was dropped: nothing of it keeps generating
         for task in round_of:
             task.cancel()
 
-def _message(rounds: Sequence[Round], tasks_of: List[list], positions: List[int]) -> dict:
-    return {"rounds": [(rounds[p][0], [compact_response(task.result()) for task in tasks_of[p]])
-                       for p in sorted(positions)]}
+
+def _count_done(done, round_of: dict, left: List[int], finished: List[int]):
+    """Count `done`'s tasks against their rounds in the order sent, a round whose last task this is into `finished`;
+    stop at the first task that raised and return its error (None when none did)."""
+    for task in sorted(done, key=lambda t: round_of[t]):
+        if task.exception() is not None:
+            return task.exception()
+        position = round_of[task]
+        left[position] -= 1
+        if left[position] == 0:
+            finished.append(position)
+    return None
+
+
+def _message(rounds: Sequence[Round], tasks_of: List[list], round_of: dict, positions: List[int]) -> dict:
+    """The finished rounds at `positions` as one message; their tasks are let go once it is built, so the actor holds
+    only the rounds not yet sent back, not every response of the call until its last round."""
+    message = {"rounds": [(rounds[p][0], [compact_response(task.result()) for task in tasks_of[p]])
+                          for p in sorted(positions)]}
+    for p in positions:
+        for task in tasks_of[p]:
+            del round_of[task]
+        tasks_of[p] = []
+    return message
