@@ -430,11 +430,19 @@ def print_profile(path: str, cpu: float, top: int = 25) -> None:
 
 
 def run(shapes, *, max_new_tokens: int, repeats: int, engines_n: int, dp: int, seed: int, tokenizer_path: str,
-        settings=None, warmup: bool = True, profile: str = None) -> dict:
+        settings=None, warmup: bool = True, profile: str = None, save=None) -> dict:
+    """Each shape's settings measured `repeats` times in rotating order; returns the rows with what they ran on.
+    `save(result so far)` is called after each shape, so a run stopped later (out of memory, say) keeps the shapes
+    it finished."""
     import ray
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+    def result_of(rows):
+        return {"rows": list(rows), "tokenizer": os.path.basename(tokenizer_path.rstrip("/")),
+                "tokenizer_bytes": counter.known_sizes[id(tokenizer)], "engines": engines_n, "dp": dp,
+                "max_new_tokens": max_new_tokens, "repeats": repeats}
+
     owns_ray = not ray.is_initialized()
     if owns_ray:
         from openrlhf_ada.cpu.patches import RAY_RUNTIME_ENV
@@ -477,14 +485,14 @@ def run(shapes, *, max_new_tokens: int, repeats: int, engines_n: int, dp: int, s
                           f"load {row['load']}", flush=True)
             del built
             gc.collect()
+            if save:
+                save(result_of(rows))
     finally:
         for a in actors["upstream"] + actors["project"]:
             ray.kill(a)
         if owns_ray:
             ray.shutdown()
-    return {"rows": rows, "tokenizer": os.path.basename(tokenizer_path.rstrip("/")),
-            "tokenizer_bytes": counter.known_sizes[id(tokenizer)], "engines": engines_n, "dp": dp,
-            "max_new_tokens": max_new_tokens, "repeats": repeats}
+    return result_of(rows)
 
 
 # -- summary ------------------------------------------------------------------------------------------------------
@@ -604,6 +612,32 @@ def per_step_targets(summary: list) -> list:
     return lines
 
 
+def merged(saved: list) -> tuple:
+    """Several --json files of runs with the same engines, ranks, tokenizer and lengths (e.g. the x4 shapes and
+    512 x 32 run apart, each with fresh engines) as one result and their commands joined."""
+    first = saved[0]["result"]
+    same = ("tokenizer", "tokenizer_bytes", "engines", "dp", "max_new_tokens")
+    for other in saved[1:]:
+        differ = [k for k in same if other["result"][k] != first[k]]
+        if differ:
+            raise SystemExit(f"[cluster_scale] --render-json: the runs differ in {', '.join(differ)}; "
+                             "render them apart")
+    rows = [r for s in saved for r in s["result"]["rows"]]
+    return {**first, "rows": rows}, "; ".join(s.get("command", "(see --json)") for s in saved)
+
+
+def repeats_text(rows: list) -> str:
+    """'2 repeats', or each shape's count when they differ."""
+    per_shape = {}
+    for r in rows:
+        per_shape.setdefault(f"{r['prompts']}x{r['n']}", set()).add(r["repeat"])
+    counts = {shape: len(reps) for shape, reps in per_shape.items()}
+    if len(set(counts.values())) == 1:
+        count = next(iter(counts.values()))
+        return f"{count} repeat{'' if count == 1 else 's'}"
+    return "repeats " + ", ".join(f"{c} at {shape}" for shape, c in counts.items())
+
+
 def render(result: dict, summary: list, command: str, note: str = "") -> str:
     loads = sorted(float(r["load"][0]) for r in result["rows"])
     lines = [
@@ -622,7 +656,7 @@ def render(result: dict, summary: list, command: str, note: str = "") -> str:
         "`Experience` building, micro-batches, advantages, each rank's share put into the object store, and the "
         "replay buffer's split. No model forward. "
         f"{result['engines']} engines, {result['dp']} data-parallel ranks, tokenizer {result['tokenizer']} "
-        f"({result['tokenizer_bytes'] / 1e6:.2f} MB pickled); {result['repeats']} repeats in rotating order.",
+        f"({result['tokenizer_bytes'] / 1e6:.2f} MB pickled); {repeats_text(result['rows'])} in rotating order.",
         "",
         "Per generated sample; ratios are to upstream GRPO's median at the same shape (the A/A row is a second "
         "instance of upstream's path: its distance from 1.00 is the noise).",
@@ -721,26 +755,33 @@ def main(argv=None):
     parser.add_argument("--json", default=None, help="also write the raw rows here")
     parser.add_argument("--no-write", action="store_true", help="do not touch docs/benchmarks.md")
     parser.add_argument("--note", default="", help="a paragraph added to the section (e.g. what the run predates)")
-    parser.add_argument("--render-json", default=None,
-                        help="write the section and the plot from a --json file of an earlier run (no new run)")
+    parser.add_argument("--render-json", nargs="+", default=None,
+                        help="write the section and the plot from the --json files of earlier runs (no new run; "
+                             "several files: their rows together, e.g. shapes run apart)")
     a = parser.parse_args(argv)
     if a.render_json:
-        with open(a.render_json) as f:
-            saved = json.load(f)
-        summary = summarize(saved["result"])
+        saved = []
+        for path in a.render_json:
+            with open(path) as f:
+                saved.append(json.load(f))
+        result, command = merged(saved)
+        summary = summarize(result)
         plot(summary)
-        _report.update_section(DOC, SECTION, render(saved["result"], summary, saved.get("command", "(see --json)"),
-                                                    a.note))
-        return saved["result"], summary
+        _report.update_section(DOC, SECTION, render(result, summary, command, a.note))
+        return result, summary
     shapes = [tuple(int(x) for x in s.split("x")) for s in a.shapes]
+    command = ("python benchmarks/cluster_scale.py " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
+
+    def save(result):  # after each shape, and at the end
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump({"result": result, "summary": summarize(result), "command": command}, f, indent=1,
+                          default=str)
+
     result = run(shapes, max_new_tokens=a.max_new_tokens, repeats=a.repeats, engines_n=a.engines, dp=a.dp,
                  seed=a.seed, tokenizer_path=a.tokenizer or default_tokenizer(), settings=a.settings,
-                 warmup=not a.no_warmup, profile=a.profile)
+                 warmup=not a.no_warmup, profile=a.profile, save=save)
     summary = summarize(result)
-    command = ("python benchmarks/cluster_scale.py " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"result": result, "summary": summary, "command": command}, f, indent=1, default=str)
     if not a.no_write:
         plot(summary)
         _report.update_section(DOC, SECTION, render(result, summary, command, a.note))
