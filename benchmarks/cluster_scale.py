@@ -455,6 +455,7 @@ def run(shapes, *, max_new_tokens: int, repeats: int, engines_n: int, dp: int, s
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+
     def result_of(rows):
         return {"rows": list(rows), "tokenizer": os.path.basename(tokenizer_path.rstrip("/")),
                 "tokenizer_bytes": counter.known_sizes[id(tokenizer)], "engines": engines_n, "dp": dp,

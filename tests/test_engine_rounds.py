@@ -11,6 +11,8 @@ messages are derived by hand in each test.
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 
 import numpy as np
 import pytest
@@ -165,7 +167,6 @@ def test_a_dropped_call_leaves_nothing_generating():
     asyncio.run(run())
 
 
-
 class Response(dict):
     """A response the test can hold a weak reference to (a plain dict cannot be)."""
 
@@ -174,8 +175,6 @@ def test_a_round_sent_back_is_no_longer_held_by_the_call():
     """Rounds of 2 and 1 samples; prompt 0's round finishes and is sent back while prompt 1's request still waits.
     Once the trainer has the message (and drops it), nothing in the running call holds prompt 0's responses: the
     call keeps only the rounds not yet sent back, not every response until its last round."""
-    import gc
-    import weakref
 
     async def run():
         counts = (2, 1)
