@@ -107,6 +107,7 @@ class EqualTokensRules:
     sd_interval: Tuple[float, float] = (0.018, 0.072)  # its 95% interval (chi-square, 5 degrees of freedom)
     effect: float = 0.04  # the effect the power is stated at
     min_pairs: int = 4  # fewer pairs than this after a cut by the time rule: no verdict
+    planned_seeds: int = 6  # as first stated; the design's `seeds` are what rule 5 left (its cut of 2026-12-07)
     alpha: float = 0.05
     power: float = 0.8
 
@@ -198,6 +199,7 @@ SEQ_VS_GRPO_EQUAL_TOKENS = replace(
               Setting("ada_repeat", "Reinforce-Ada balance (A/A repeat)", N4 + ADA, "tab:gray")),
     extra_settings=("ada_repeat",), out=os.path.join("benchmarks", "results", "learning_v4"),
     section="learning_comparison_v4", image_prefix="learning_v4", base_passes=(), rules=EqualTokensRules(),
+    seeds=(1, 2, 3, 4, 5),  # 1-6 planned; rule 5 cut seed 6 before seed 4's rerun (time only, no outcome read)
 )
 
 DESIGNS: Dict[str, Design] = {d.name: d for d in (V2, SEQ_VS_GRPO, SEQ_VS_GRPO_EQUAL_TOKENS)}
