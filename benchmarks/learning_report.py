@@ -981,7 +981,7 @@ def report_equal_tokens(a, train: str, heldout: str) -> str:
     if len(a.seeds) != rules.planned_seeds:  # what the pairs as run detect at the planning sd
         left = stats.planned_power(rules.effect, rules.planning_sd, rules.sd_interval, len(a.seeds), rules.alpha,
                                    rules.power)
-        why = ("cut by rule 5 before seed 4's rerun, on time only (docs/learning.md, its cut of 2026-12-07)"
+        why = ("cut by rule 5 before seed 4's rerun, on time only: its cut of 2026-12-07 in docs/learning.md"
                if tuple(a.seeds) == tuple(a.design.seeds) else "the seeds of --seeds")
         cut = (f" As run: {_pairs(len(a.seeds))}, seeds {', '.join(map(str, a.seeds))} ({why}): power "
                f"{left['power']:.2f} at +{rules.effect:g}, {left['detectable']:.4f} detected with {rules.power:.0%} "
