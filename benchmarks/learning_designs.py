@@ -80,6 +80,7 @@ class SeqVsGrpoRules:
     tolerance: float = 1.1  # rule 5: the A/A's minutes above tolerance x the estimate cut the seeds
     hours: float = 7.0  # rule 5: the machine time
     planned_seeds: int = 9  # rule 3 as first stated; the design's `seeds` are what rule 5 left
+    cut: str = "by rule 5's amendment (written before seed 2 ran)"  # why `seeds` are fewer, for the report
     planning_sd: float = 0.034  # rule 3: the sd of the paired differences the plan was sized at
     seq_setting: str = "ada"  # rule 6: the setting whose Seq mechanism must engage in every run
     alpha: float = 0.05  # the primary test's level
@@ -108,6 +109,7 @@ class EqualTokensRules:
     effect: float = 0.04  # the effect the power is stated at
     min_pairs: int = 4  # fewer pairs than this after a cut by the time rule: no verdict
     planned_seeds: int = 6  # as first stated; the design's `seeds` are what rule 5 left (its cut of 2026-12-07)
+    cut: str = "by rule 5 before seed 4's rerun, on time only: its cut of 2026-12-07 in docs/learning.md"
     alpha: float = 0.05
     power: float = 0.8
 

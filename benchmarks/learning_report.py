@@ -592,7 +592,7 @@ def _projection(a, runs: List[dict], ref: str, other: str, spent_hours: float, b
 def _seeds_text(a, rules) -> str:
     """Rule 3's seeds as planned and as rule 5 left them, and what that many pairs detect at the planning sd."""
     design = len(a.design.seeds)
-    text = (f"{rules.planned_seeds} planned, cut to {design} by rule 5's amendment (written before seed 2 ran)"
+    text = (f"{rules.planned_seeds} planned, cut to {design} {rules.cut}"
             if design < rules.planned_seeds else f"{design} planned")
     listed = ", ".join(map(str, a.seeds))
     text += f" ({listed})" if tuple(a.seeds) == tuple(a.design.seeds) else f"; this report reads seeds {listed}"
@@ -981,8 +981,7 @@ def report_equal_tokens(a, train: str, heldout: str) -> str:
     if len(a.seeds) != rules.planned_seeds:  # what the pairs as run detect at the planning sd
         left = stats.planned_power(rules.effect, rules.planning_sd, rules.sd_interval, len(a.seeds), rules.alpha,
                                    rules.power)
-        why = ("cut by rule 5 before seed 4's rerun, on time only: its cut of 2026-12-07 in docs/learning.md"
-               if tuple(a.seeds) == tuple(a.design.seeds) else "the seeds of --seeds")
+        why = f"cut {rules.cut}" if tuple(a.seeds) == tuple(a.design.seeds) else "the seeds of --seeds"
         cut = (f" As run: {_pairs(len(a.seeds))}, seeds {', '.join(map(str, a.seeds))} ({why}): power "
                f"{left['power']:.2f} at +{rules.effect:g}, {left['detectable']:.4f} detected with {rules.power:.0%} "
                f"power, {left['range'][0]:.2f} to {left['range'][1]:.2f} over the sd's interval.")
