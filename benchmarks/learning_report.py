@@ -1004,6 +1004,11 @@ def report_equal_tokens(a, train: str, heldout: str) -> str:
             lines.append(f"- the effect this test detects with {rules.power:.0%} power at the observed sd: "
                          f"{test['detectable']:.4f} avg@{k}; its power at +{rules.effect:g}: "
                          f"{stats.power_at(rules.effect, test['sd'], test['n'], rules.alpha):.2f}")
+            seen = stats.observed_power(rules.effect, test["sd"], test["n"], rules.alpha, rules.power)
+            lines.append(f"- over the observed sd's own 95% interval [{seen['sd_interval'][0]:.4f}, "
+                         f"{seen['sd_interval'][1]:.4f}] (chi-square, {test['n'] - 1} degrees of freedom): power at "
+                         f"+{rules.effect:g} from {seen['power'][0]:.2f} to {seen['power'][1]:.2f}, the effect detected "
+                         f"with {rules.power:.0%} power from {seen['detectable'][0]:.4f} to {seen['detectable'][1]:.4f}")
         lines.append(f"- **verdict: {test['verdict']}**")
         lines.append("")
     # the secondaries

@@ -9,6 +9,8 @@ import shutil
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from siblings import load
 
 from openrlhf_ada.analysis import learning_stats as stats
@@ -525,6 +527,45 @@ def test_the_plans_power_statement_by_an_independent_computation(ld):
     plan_text = page.split("## Seq against GRPO at equal generated tokens")[1].split("\n## ")[0]
     for text in ("power **0.76** at +0.04", "**0.042** avg@4 with 80% power", "from 0.20 (sd 0.072) to 0.99"):
         assert text in plan_text, text
+
+
+def _chi2_4_cdf(x):
+    """The chi-square distribution's CDF with 4 degrees of freedom, in closed form."""
+    return 1 - math.exp(-x / 2) * (1 + x / 2) if x > 0 else 0.0
+
+
+@pytest.mark.parametrize("df, closed", [(2, lambda x: 1 - math.exp(-x / 2)), (4, _chi2_4_cdf), (5, _chi2_5_cdf)])
+def test_chi_square_cdf_and_quantile_against_closed_forms(df, closed):
+    from openrlhf_ada.analysis.power import chi_square_cdf, chi_square_quantile
+    for x in (0.01, 0.4844, 1.0, 3.3567, 7.0, 11.1433, 30.0):
+        assert chi_square_cdf(x, df) == pytest.approx(closed(x), abs=1e-12)
+    for p in (0.025, 0.5, 0.975):
+        assert chi_square_quantile(p, df) == pytest.approx(_bisect(closed, p, 0.0, 200.0), rel=1e-9)
+
+
+@given(df=st.integers(1, 60), p=st.floats(0.001, 0.999))
+@settings(max_examples=60, deadline=None)
+def test_chi_square_quantile_inverts_the_cdf(df, p):
+    from openrlhf_ada.analysis.power import chi_square_cdf, chi_square_quantile
+    assert chi_square_cdf(chi_square_quantile(p, df), df) == pytest.approx(p, abs=1e-9)
+
+
+def test_observed_sd_interval_and_power_over_it():
+    """The sd's 95% interval is sd x sqrt((n - 1) / q) for the chi-square quantiles 0.975 (low end) and 0.025 (high
+    end): with 6 pairs at sd 0.0295 it is the plan's [0.018, 0.072]; with 5 pairs, from the closed-form CDF with 4
+    df. The power over it runs from the high end's to the low end's, by the independent computation at 6 pairs."""
+    from openrlhf_ada.analysis.power import sd_interval
+    q_high, q_low = _bisect(_chi2_5_cdf, 0.975, 0.0, 60.0), _bisect(_chi2_5_cdf, 0.025, 0.0, 60.0)
+    assert sd_interval(0.0295, 6) == pytest.approx((0.0295 * math.sqrt(5 / q_high), 0.0295 * math.sqrt(5 / q_low)))
+    assert tuple(round(v, 3) for v in sd_interval(0.0295, 6)) == (0.018, 0.072)
+    q_high, q_low = _bisect(_chi2_4_cdf, 0.975, 0.0, 60.0), _bisect(_chi2_4_cdf, 0.025, 0.0, 60.0)
+    assert sd_interval(0.0121, 5) == pytest.approx((0.0121 * math.sqrt(4 / q_high), 0.0121 * math.sqrt(4 / q_low)))
+    seen = stats.observed_power(0.04, 0.0295, 6)
+    low, high = seen["sd_interval"]
+    assert seen["power"] == pytest.approx((_power_6_pairs(0.04, high), _power_6_pairs(0.04, low)), abs=1e-4)
+    assert _power_6_pairs(seen["detectable"][0], low) == pytest.approx(0.8, abs=1e-4)
+    assert _power_6_pairs(seen["detectable"][1], high) == pytest.approx(0.8, abs=1e-4)
+    assert stats.observed_power(0.04, 0.0, 6) is None and stats.observed_power(0.04, 0.02, 1) is None
 
 
 def test_the_plans_projection_is_the_runners(lc, lr):

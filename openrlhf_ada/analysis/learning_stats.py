@@ -7,7 +7,8 @@ report computes from the finished runs' values, as pure functions over numbers (
 - `paired`: the per-seed differences of a setting from the reference, their mean, 95% t interval and paired t p;
 - `primary_test`: the current design's one primary test: the paired t test with its interval, p, and the effect the
   test detects with 80% power at the observed sd (`openrlhf_ada.analysis.power`), and its verdict rule;
-  `planned_power`: a plan's power statement at a planning sd and over a range of sds;
+  `planned_power`: a plan's power statement at a planning sd and over a range of sds; `observed_power`: the same
+  over the observed sd's own 95% interval (few pairs leave the sd itself uncertain);
 - `paired_vs_unpaired`: whether pairing by seed tightened the interval (the paired sd against the sd two
   independent runs' difference would have, from each setting's sd over seeds);
 - `primary_verdicts`: the last design's rule over its family of tests, Holm-corrected;
@@ -24,7 +25,7 @@ import statistics
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from openrlhf_ada.analysis.mechanisms import holm, paired_t_p
-from openrlhf_ada.analysis.power import detectable_effect, paired_t_power
+from openrlhf_ada.analysis.power import detectable_effect, paired_t_power, sd_interval
 from openrlhf_ada.analysis.seed_stats import LEVEL, mean_interval, t_quantile
 
 
@@ -81,6 +82,17 @@ def planned_power(effect: float, sd: float, sd_range: Tuple[float, float], n: in
     first: the lower one)."""
     return {"power": power_at(effect, sd, n, alpha), "detectable": detectable_effect(sd, n, alpha, power),
             "range": (power_at(effect, sd_range[1], n, alpha), power_at(effect, sd_range[0], n, alpha))}
+
+
+def observed_power(effect: float, sd: float, n: int, alpha: float = 0.05, power: float = 0.8) -> Optional[dict]:
+    """What the test could detect over the observed sd's own 95% interval (`openrlhf_ada.analysis.power.sd_interval`):
+    that interval, the power at `effect` from its high end to its low end, and the effect detected with `power` from
+    its low end to its high end. None below 2 pairs or at sd 0."""
+    if n < 2 or sd <= 0:
+        return None
+    low, high = sd_interval(sd, n)
+    return {"sd_interval": (low, high), "power": (power_at(effect, high, n, alpha), power_at(effect, low, n, alpha)),
+            "detectable": (detectable_effect(low, n, alpha, power), detectable_effect(high, n, alpha, power))}
 
 
 def paired_vs_unpaired(a: Mapping[int, float], b: Mapping[int, float]) -> Optional[dict]:

@@ -9,7 +9,9 @@ noncentrality ``effect x sqrt(n) / sd``; the test rejects when |T| exceeds t(1 -
 
 The noncentral t tail is computed here without scipy, from its definition T = (Z + delta) / (S / sqrt(df)) with
 Z ~ N(0, 1) and S ~ chi(df): P(T > c) = E_S[P(Z > c S / sqrt(df) - delta)], the expectation taken by the
-trapezoid rule over S's density. Pure functions: no files.
+trapezoid rule over S's density. With few pairs the observed sd is itself uncertain: `sd_interval` gives its 95%
+interval from the chi-square distribution of (n - 1) s^2 / sigma^2, so a report can say what the design detects over
+the sds the data allow, not only at the one it observed. Pure functions: no files.
 """
 
 from __future__ import annotations
@@ -83,3 +85,52 @@ def pairs_needed(effect: float, sd: float, alpha: float = 0.05, power: float = 0
         if paired_t_power(effect, sd, n, alpha) >= power:
             return n
     raise ValueError(f"more than {most} pairs needed for effect {effect} at sd {sd}")
+
+
+def chi_square_cdf(x: float, df: float) -> float:
+    """P(V <= x) for V chi-square with `df` degrees of freedom: the regularized lower incomplete gamma P(df/2, x/2),
+    by its power series sum_j y^j / (k (k + 1) ... (k + j)) times y^k exp(-y) / Gamma(k), with y = x / 2, k = df / 2
+    (every term positive, so the sum converges for every y)."""
+    if df <= 0:
+        raise ValueError(f"df must be > 0, got {df}")
+    if x <= 0:
+        return 0.0
+    k, y = df / 2.0, x / 2.0
+    term = total = 1.0 / k
+    j = 0
+    while term > 1e-17 * total:
+        j += 1
+        term *= y / (k + j)
+        total += term
+        if j > 100000:
+            raise ValueError(f"chi-square CDF did not converge at x={x}, df={df}")
+    return min(1.0, math.exp(k * math.log(y) - y - math.lgamma(k)) * total)
+
+
+def chi_square_quantile(p: float, df: float) -> float:
+    """The x with P(V <= x) = p for V chi-square with `df` degrees of freedom (by bisection on `chi_square_cdf`)."""
+    if not 0 < p < 1:
+        raise ValueError(f"p must be in (0, 1), got {p}")
+    low, high = 0.0, max(1.0, 2.0 * df)
+    while chi_square_cdf(high, df) < p:
+        high *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (low + high)
+        if chi_square_cdf(mid, df) < p:
+            low = mid
+        else:
+            high = mid
+        if high - low < 1e-12 * high:
+            break
+    return 0.5 * (low + high)
+
+
+def sd_interval(sd: float, n: int, level: float = 0.95) -> tuple:
+    """The `level` interval for the standard deviation of normal differences whose sample sd over `n` values is
+    `sd`: sd sqrt((n - 1) / q) for q the chi-square quantiles (1 + level) / 2 (the low end) and (1 - level) / 2 (the
+    high end), with n - 1 degrees of freedom."""
+    if n < 2 or sd <= 0 or not 0 < level < 1:
+        raise ValueError(f"need n >= 2, sd > 0 and 0 < level < 1, got n={n}, sd={sd}, level={level}")
+    df = n - 1
+    return (sd * math.sqrt(df / chi_square_quantile((1.0 + level) / 2.0, df)),
+            sd * math.sqrt(df / chi_square_quantile((1.0 - level) / 2.0, df)))
