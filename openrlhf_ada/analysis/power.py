@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from openrlhf_ada.analysis.seed_stats import t_quantile
+from openrlhf_ada.analysis.seed_stats import bisect_increasing, t_quantile
 
 _QUADRATURE_POINTS = 20001
 
@@ -65,18 +65,8 @@ def detectable_effect(sd: float, n: int, alpha: float = 0.05, power: float = 0.8
         raise ValueError(f"power must be in (0, 1), got {power}")
     if paired_t_power(0.0, sd, n, alpha) >= power:
         return 0.0
-    low, high = 0.0, sd
-    while paired_t_power(high, sd, n, alpha) < power:
-        high *= 2.0
-    for _ in range(100):
-        mid = 0.5 * (low + high)
-        if paired_t_power(mid, sd, n, alpha) < power:
-            low = mid
-        else:
-            high = mid
-        if high - low < 1e-9 * high:
-            break
-    return 0.5 * (low + high)
+    return bisect_increasing(lambda effect: paired_t_power(effect, sd, n, alpha), power, 0.0, sd, rel_tol=1e-9,
+                             steps=100)
 
 
 def pairs_needed(effect: float, sd: float, alpha: float = 0.05, power: float = 0.8, most: int = 10000) -> int:
@@ -111,18 +101,7 @@ def chi_square_quantile(p: float, df: float) -> float:
     """The x with P(V <= x) = p for V chi-square with `df` degrees of freedom (by bisection on `chi_square_cdf`)."""
     if not 0 < p < 1:
         raise ValueError(f"p must be in (0, 1), got {p}")
-    low, high = 0.0, max(1.0, 2.0 * df)
-    while chi_square_cdf(high, df) < p:
-        high *= 2.0
-    for _ in range(200):
-        mid = 0.5 * (low + high)
-        if chi_square_cdf(mid, df) < p:
-            low = mid
-        else:
-            high = mid
-        if high - low < 1e-12 * high:
-            break
-    return 0.5 * (low + high)
+    return bisect_increasing(lambda x: chi_square_cdf(x, df), p, 0.0, max(1.0, 2.0 * df), rel_tol=1e-12)
 
 
 def sd_interval(sd: float, n: int, level: float = 0.95) -> tuple:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -102,16 +102,22 @@ def t_quantile(p: float, df: float) -> float:
         raise ValueError(f"t_quantile needs 0 < p < 1 and df > 0, got p={p}, df={df}")
     if p < 0.5:
         return -t_quantile(1.0 - p, df)
-    low, high = 0.0, 1.0
-    while t_cdf(high, df) < p:
+    return bisect_increasing(lambda t: t_cdf(t, df), p, 0.0, 1.0, rel_tol=1e-12, floor=1.0)
+
+
+def bisect_increasing(f: Callable[[float], float], target: float, low: float, high: float, rel_tol: float,
+                      floor: float = 0.0, steps: int = 200) -> float:
+    """The x >= low where the increasing function f reaches `target`: `high` doubled until f(high) >= target, then
+    bisection until the bracket is narrower than rel_tol x max(floor, high), or `steps` halvings."""
+    while f(high) < target:
         high *= 2.0
-    for _ in range(200):
+    for _ in range(steps):
         mid = 0.5 * (low + high)
-        if t_cdf(mid, df) < p:
+        if f(mid) < target:
             low = mid
         else:
             high = mid
-        if high - low < 1e-12 * max(1.0, high):
+        if high - low < rel_tol * max(floor, high):
             break
     return 0.5 * (low + high)
 
