@@ -543,6 +543,18 @@ def _pairs(n: int) -> str:
     return f"{n} pair{'s' if n != 1 else ''}"
 
 
+def _gap_line(tag: str, k: int, where: str, gaps: Dict[str, Dict[int, float]], first: str, second: str,
+              labels: Dict[str, str], extra: str = "") -> str:
+    """A descriptive line (added after the runs) on greedy accuracy minus avg@k, the part of a difference in avg@k that
+    is the sampling policy's spread rather than the greedy answer: each side's mean over its seeds, and the second's
+    minus the first's, paired by seed. `gaps` is {side: {seed: greedy - avg@k}}."""
+    diff = stats.paired(gaps, second, first)
+    means = ", ".join(f"{labels[n]} {statistics.mean(gaps[n].values()):.4f}" for n in (first, second) if gaps[n])
+    return (f"- ({tag}) greedy accuracy minus avg@{k} {where} (descriptive, added after the runs): {means}{extra}; "
+            f"{labels[second]}'s minus {labels[first]}'s, paired by seed: "
+            + (f"{_ci(diff, 4, True)} ({_pairs(diff['n'])})" if diff else "no pair yet") + ".")
+
+
 def run_order_seen(a, runs: List[dict]) -> List[tuple]:
     """The finished runs in the order they were started (each run's first attempt, `wall_seconds.jsonl`)."""
     starts = []
@@ -766,6 +778,11 @@ def report_seq_vs_grpo(a, base: Optional[dict], train: str, heldout: str) -> str
                      f"seeds combined; no unpaired design was run); implied correlation of a seed's two runs {corr}.")
     else:
         lines.append("- (c) Pairing: fewer than 2 pairs.")
+    greedy24, avg24 = stats.values_at_step(runs, "accuracy", a.updates), finals
+    gaps = {n: {s: greedy24[n][s] - avg24[n][s] for s in greedy24.get(n, {}) if s in avg24.get(n, {})}
+            for n in (other, ref)}
+    lines.append(_gap_line("d", k, f"at {a.updates} updates", gaps, other, ref,
+                           {n: label(a, n) for n in (other, ref)}))
     lines.append("")
     lines += _commands(a)
     body = "\n".join(lines)
@@ -936,6 +953,7 @@ def report_equal_tokens(a, train: str, heldout: str) -> str:
     diffs = {}
     # {what: {"seq": {seed: value}, "ref": {seed: value}}}: greedy at equal tokens, avg@k and greedy at equal time
     second = {what: {"seq": {}, "ref": {}} for what in ("greedy", "avg_time", "greedy_time")}
+    gaps, gaps_ref24 = {"seq": {}, "ref": {}}, {}  # greedy - avg@k: Seq at 24, the rerun at its crossing; committed at 24
     for s in a.seeds:
         seq, ref, rerun = committed.get((rules.seq_setting, s)), committed.get((rules.rerun, s)), by.get((rules.rerun,
                                                                                                            s))
@@ -955,6 +973,9 @@ def report_equal_tokens(a, train: str, heldout: str) -> str:
         if e:
             diffs[s] = seq24["avg_at_k"] - e["avg_at_k"]
             second["greedy"]["seq"][s], second["greedy"]["ref"][s] = seq24["accuracy"], e["accuracy"]
+            gaps["seq"][s], gaps["ref"][s] = seq24["accuracy"] - seq24["avg_at_k"], e["accuracy"] - e["avg_at_k"]
+            if ref24:
+                gaps_ref24[s] = ref24["accuracy"] - ref24["avg_at_k"]
         cells += [_num(e and e["avg_at_k"], ".4f"), f"{diffs[s]:+.4f}" if s in diffs else "-",
                   f"{_num(seq24['accuracy'])} / {_num(e and e['accuracy'])}",
                   f"{_minutes(seq['train_seconds'])} / {_minutes(e and e['train_seconds'])}",
@@ -1037,6 +1058,11 @@ def report_equal_tokens(a, train: str, heldout: str) -> str:
         lines.append(f"- (d) avg@{k} against generated tokens at every evaluation of every run (the base model at 0 "
                      "tokens; each line one seed):")
         lines += ["", f"![{image}](img/{image})"]
+    if diffs:
+        lines += ["", _gap_line("e", k, f"at equal generated tokens ({seq_label} at {a.updates}, {ref_label} at its "
+                                "crossing step)", gaps, "seq", "ref", {"seq": seq_label, "ref": ref_label},
+                                f" (at {a.updates}, committed: {statistics.mean(gaps_ref24.values()):.4f})"
+                                if gaps_ref24 else "")]
     lines.append("")
     lines += _commands(a)
     body = "\n".join(lines)

@@ -260,6 +260,14 @@ def test_report_by_hand(lc, lr, tmp_path):
         in body
     assert "(b) Greedy accuracy at 2 updates, Reinforce-Ada balance minus GRPO n=4: +0.0667 [-0.0768, +0.2101]" in body
     assert "sd of the paired differences 0.0200; the same runs analysed as if unpaired, 0.0283" in body and "implied correlation of a seed's two runs 0.50" in body
+    # (d) greedy minus avg@4 at 2: GRPO 0.10, 0.22, 0.28 (mean 0.2); Seq 0.15, 0.13, 0.31; GRPO's minus Seq's -0.05,
+    # +0.09, -0.03, its half-width t(0.975, 2) x sd / sqrt 3, with t(0.975, 2) = 0.95 sqrt(2 / (1 - 0.95^2))
+    gap = [-0.05, 0.09, -0.03]
+    g_mean = sum(gap) / 3
+    half = 0.95 * math.sqrt(2 / (1 - 0.95 ** 2)) * math.sqrt(sum((x - g_mean) ** 2 for x in gap) / 2) / math.sqrt(3)
+    assert (f"(d) greedy accuracy minus avg@4 at 2 updates (descriptive, added after the runs): Reinforce-Ada balance "
+            f"{(0.15 + 0.13 + 0.31) / 3:.4f}, GRPO n=4 0.2000; GRPO n=4's minus Reinforce-Ada balance's, paired by seed: "
+            f"{g_mean:+.4f} [{g_mean - half:+.4f}, {g_mean + half:+.4f}] (3 pairs).") in body, body
     assert "<!-- BEGIN learning_comparison_v3 -->" in (tmp_path / "learning.md").read_text()
     # fewer pairs than planned: no verdict
     a9 = lc.parse(["--design", "seq_vs_grpo", "--model", a.model, "--out", str(a.out), "--doc", str(tmp_path / "learning.md"),
@@ -660,6 +668,14 @@ def test_equal_tokens_report_by_hand(lc, lr, tmp_path):
     assert f"the two evaluations around it, Reinforce-Ada balance minus GRPO n=4: {sum(at_time) / 4:+.4f}" in body
     row = next(line for line in body.splitlines() if line.startswith("| 3 |"))
     assert "| 700 |" in row and "| equal |" in row and "| 7 (700) |" in row and "| +0.0900 |" in row
+    # (e) greedy minus avg@4: Seq at 2 0.05, -0.02, 0.05, 0.02 (mean 0.025); GRPO at its crossing 0.04, 0.10, 0.09,
+    # 0.02 (mean 0.0625), at 2 0.05, 0.05, 0.05, -0.02 (mean 0.0325); GRPO's at its crossing minus Seq's -0.01, 0.12,
+    # 0.04, 0
+    gap = [-0.01, 0.12, 0.04, 0.0]
+    g_sd = math.sqrt(sum((x - 0.0375) ** 2 for x in gap) / 3)
+    assert ("(descriptive, added after the runs): Reinforce-Ada balance 0.0250, GRPO n=4 0.0625 (at 2, committed: "
+            f"0.0325); GRPO n=4's minus Reinforce-Ada balance's, paired by seed: +0.0375 [{0.0375 - q * g_sd / 2:+.4f}, "
+            f"{0.0375 + q * g_sd / 2:+.4f}] (4 pairs).") in body, body
     assert "<!-- BEGIN learning_comparison_v4 -->" in (tmp_path / "learning.md").read_text()
     assert (tmp_path / "img" / "learning_v4_tokens.png").is_file() and "(img/learning_v4_tokens.png)" in body
 
